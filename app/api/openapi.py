@@ -1,0 +1,41 @@
+"""The published OpenAPI document, post-processed so that it tells the truth about errors.
+
+FastAPI documents error models under ``application/json``; we answer them as
+``application/problem+json``. It also adds its own 422 schema, which we never send. Rewriting
+the generated document here keeps routes free of OpenAPI plumbing, and the committed
+``openapi/openapi.json`` is exactly this function's output (a test checks it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from app.api.problems import PROBLEM_MEDIA_TYPE
+
+_UNUSED_SCHEMAS = ("HTTPValidationError", "ValidationError")
+
+
+def build_openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    doc = get_openapi(
+        title=app.title,
+        version=app.version,
+        description=app.description,
+        routes=app.routes,
+        tags=app.openapi_tags,
+    )
+    for path_item in doc.get("paths", {}).values():
+        for operation in path_item.values():
+            for status, response in operation.get("responses", {}).items():
+                content = response.get("content")
+                if int(status) >= 400 and content and "application/json" in content:
+                    content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")
+    schemas = doc.get("components", {}).get("schemas", {})
+    for name in _UNUSED_SCHEMAS:
+        schemas.pop(name, None)
+    app.openapi_schema = doc
+    return doc

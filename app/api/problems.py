@@ -1,0 +1,162 @@
+"""The one place where errors become HTTP: every domain and service error, every validation
+error, unknown route and wrong method is answered with an RFC 9457 problem document
+(``application/problem+json``). Routes raise; they never build error responses themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.api.schemas import Problem
+from app.domain import InvalidInput, LedgerError, TimestampRegression, TotalOverflow
+from app.ledger import (
+    AccountNotFound,
+    GrantNotFound,
+    IdempotencyKeyReused,
+    ServiceError,
+    ServiceUnavailable,
+)
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+_TYPE_PREFIX = "tag:gpu-credits,2026:problem:"
+log = logging.getLogger("app.errors")
+
+
+@dataclass(frozen=True, slots=True)
+class ProblemType:
+    slug: str
+    title: str
+    status: int
+
+    @property
+    def uri(self) -> str:
+        return _TYPE_PREFIX + self.slug
+
+
+MALFORMED_JSON = ProblemType("malformed-json", "Request body is not valid JSON", 400)
+NOT_FOUND = ProblemType("not-found", "Not found", 404)
+ACCOUNT_NOT_FOUND = ProblemType("account-not-found", "Account not found", 404)
+GRANT_NOT_FOUND = ProblemType("grant-not-found", "Grant not found", 404)
+METHOD_NOT_ALLOWED = ProblemType("method-not-allowed", "Method not allowed", 405)
+TIMESTAMP_REGRESSION = ProblemType(
+    "timestamp-regression", "Timestamp earlier than the account's latest", 409
+)
+VALIDATION = ProblemType("validation-error", "Request is invalid", 422)
+INVALID_INPUT = ProblemType("invalid-input", "Input outside the allowed domain", 422)
+TOTAL_OVERFLOW = ProblemType("total-overflow", "A total would exceed 2^53-1", 422)
+IDEMPOTENCY_KEY_REUSED = ProblemType(
+    "idempotency-key-reused", "Idempotency-Key reused with a different request", 422
+)
+UNAVAILABLE = ProblemType("unavailable", "Service unavailable", 503)
+INTERNAL = ProblemType("internal-error", "Internal server error", 500)
+
+
+def problem_response(
+    kind: ProblemType,
+    detail: str,
+    headers: dict[str, str] | None = None,
+    status: int | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    body = Problem(
+        type=kind.uri, title=kind.title, status=status or kind.status, detail=detail, **extra
+    )
+    return JSONResponse(
+        body.model_dump(mode="json", exclude_none=True),
+        status_code=status or kind.status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers=headers,
+    )
+
+
+def _ledger_error(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, TimestampRegression):
+        return problem_response(
+            TIMESTAMP_REGRESSION, str(exc), account_timestamp=exc.account_timestamp
+        )
+    if isinstance(exc, TotalOverflow):
+        return problem_response(TOTAL_OVERFLOW, str(exc))
+    if isinstance(exc, InvalidInput):
+        issue = {"loc": ["body", exc.field], "message": exc.message, "type": "invalid_input"}
+        return problem_response(INVALID_INPUT, str(exc), errors=[issue])
+    return problem_response(INVALID_INPUT, str(exc))
+
+
+def _service_error(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, AccountNotFound):
+        return problem_response(ACCOUNT_NOT_FOUND, str(exc))
+    if isinstance(exc, GrantNotFound):
+        return problem_response(GRANT_NOT_FOUND, str(exc))
+    if isinstance(exc, IdempotencyKeyReused):
+        return problem_response(IDEMPOTENCY_KEY_REUSED, str(exc))
+    if isinstance(exc, ServiceUnavailable):
+        return problem_response(UNAVAILABLE, str(exc), headers={"Retry-After": "5"})
+    log.error("unmapped service error", exc_info=exc)
+    return problem_response(INTERNAL, "the server could not complete the request")
+
+
+def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return problem_response(MALFORMED_JSON, "the request body could not be parsed as JSON")
+    issues = [
+        {
+            "loc": [p if isinstance(p, int) else str(p) for p in e.get("loc", ())],
+            "message": str(e.get("msg", "invalid")),
+            "type": str(e.get("type", "invalid")),
+        }
+        for e in errors
+    ]
+    fields = ", ".join(".".join(str(p) for p in i["loc"]) for i in issues)
+    return problem_response(VALIDATION, f"invalid request: {fields}", errors=issues)
+
+
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers) if exc.headers else None
+    if exc.status_code == 404:
+        return problem_response(NOT_FOUND, f"no route for {request.url.path}", headers)
+    if exc.status_code == 405:
+        return problem_response(
+            METHOD_NOT_ALLOWED,
+            f"{request.method} is not allowed on {request.url.path}",
+            headers,
+        )
+    kind = ProblemType("http-error", str(exc.detail), exc.status_code)
+    return problem_response(kind, str(exc.detail), headers)
+
+
+def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error", exc_info=exc)
+    return problem_response(INTERNAL, "the server could not complete the request")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(LedgerError, _ledger_error)
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)
+
+
+# What each status means in the OpenAPI file; every route documents the ones it can return.
+STATUS_DESCRIPTIONS: dict[int, str] = {
+    400: "Malformed JSON body.",
+    404: "Unknown account (reads create nothing) or grant.",
+    409: "Timestamp earlier than the account's latest; `account_timestamp` says which.",
+    422: "Input outside the domain, unknown field, a total past 2^53-1, or a reused "
+    "Idempotency-Key with a different body.",
+    503: "Storage failed; the service must be restarted.",
+}
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {s: {"model": Problem, "description": STATUS_DESCRIPTIONS[s]} for s in statuses}

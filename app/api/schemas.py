@@ -1,0 +1,230 @@
+"""Request and response models: the HTTP contract of SPEC section 3, as pydantic sees it.
+
+Integers are strict (``true``, ``1.0`` and ``"5"`` are not integers) and bounded to
+[0, 2^53-1], so every figure is exact in a JavaScript client. Unknown members are rejected.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from fastapi import Path
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from app.domain import MAX_VALUE
+
+ACCOUNT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+ACCOUNT_ID_MAX_CHARS = 128
+LEDGER_PAGE_MAX = 1000
+
+AccountId = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=ACCOUNT_ID_MAX_CHARS,
+        pattern=ACCOUNT_ID_PATTERN,
+        description="1 to 128 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit.",
+        examples=["team-a:job-scheduler"],
+    ),
+]
+
+Amount = Annotated[
+    StrictInt, Field(ge=1, le=MAX_VALUE, description="Credits, 1 to 2^53-1.", examples=[100])
+]
+Timestamp = Annotated[
+    StrictInt,
+    Field(
+        ge=0, le=MAX_VALUE, description="Caller's time, 0 to 2^53-1; never decreases per account."
+    ),
+]
+Figure = Annotated[int, Field(ge=0, le=MAX_VALUE)]
+SignedFigure = Annotated[int, Field(ge=-MAX_VALUE, le=MAX_VALUE)]
+
+_DIGITS = re.compile(r"(0|[1-9][0-9]{0,15})")
+
+
+def _strict_query_int(value: object) -> object:
+    """Query strings are text: accept plain decimal digits only (no sign, spaces, '1.0',
+    '1_000' or leading zeros, all of which pydantic's lax int parsing would let through)."""
+    if isinstance(value, str) and not _DIGITS.fullmatch(value):
+        raise PydanticCustomError("int_parsing", "Input should be a plain decimal integer")
+    return value
+
+
+QueryInt = BeforeValidator(_strict_query_int)
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GrantRequest(_Request):
+    amount: Amount
+    timestamp: Timestamp
+    expiry: Annotated[
+        StrictInt,
+        Field(
+            ge=1,
+            le=MAX_VALUE,
+            description="First time at which the credits are no longer usable (exclusive end).",
+        ),
+    ]
+
+    @field_validator("expiry")
+    @classmethod
+    def _expiry_after_timestamp(cls, expiry: int, info: ValidationInfo) -> int:
+        timestamp = info.data.get("timestamp")
+        if isinstance(timestamp, int) and expiry <= timestamp:
+            raise PydanticCustomError(
+                "expiry_not_after_timestamp",
+                "expiry must be greater than timestamp ({timestamp})",
+                {"timestamp": timestamp},
+            )
+        return expiry
+
+
+class ConsumeRequest(_Request):
+    amount: Amount
+    timestamp: Timestamp
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class BalanceResponse(_Response):
+    account_id: str
+    timestamp: Figure = Field(description="The time the figures are for: the account's clock.")
+    balance: SignedFigure = Field(description="available - debt; negative means debt.")
+    available: Figure = Field(description="Active (unexpired, unconsumed) credits.")
+    debt: Figure = Field(description="Outstanding debt.")
+
+
+class GrantResponse(BalanceResponse):
+    grant_id: int = Field(ge=1, description="Stable id of this grant within the account.")
+    sequence: int = Field(ge=1, description="Position of this grant in the account's ledger.")
+    amount: Figure
+    expiry: Figure
+    settled_debt: Figure = Field(description="How much of the grant paid off debt.")
+    retained: Figure = Field(description="How much was kept as a batch with the expiry.")
+
+
+class AllocationItem(_Response):
+    grant_id: int = Field(ge=1)
+    expiry: Figure
+    amount: Figure = Field(description="Credits taken from this grant.")
+
+
+class ConsumeResponse(BalanceResponse):
+    sequence: int = Field(ge=1, description="Position of this consumption in the ledger.")
+    amount: Figure
+    consumed: Figure = Field(description="How much active credits covered.")
+    debt_added: Figure = Field(description="How much became new debt.")
+    allocation: list[AllocationItem] = Field(
+        description="Grants drawn from, in the order they were drawn (earliest expiry first)."
+    )
+
+
+class LiveGrantItem(_Response):
+    grant_id: int = Field(ge=1)
+    expiry: Figure
+    remaining: Figure
+
+
+class LiveGrantsResponse(BalanceResponse):
+    grants: list[LiveGrantItem] = Field(description="Live grants in the order they will be used.")
+
+
+class GrantDetailResponse(_Response):
+    account_id: str
+    grant_id: int = Field(ge=1)
+    sequence: int = Field(ge=1)
+    timestamp: Figure
+    amount: Figure
+    expiry: Figure
+    settled_debt: Figure
+    retained: Figure
+    remaining: Figure = Field(description="Still usable now; 0 once used up or expired.")
+
+
+class _EntryBase(BaseModel):
+    sequence: int = Field(ge=1, description="1-based, contiguous position in the ledger.")
+    timestamp: Figure = Field(description="When it took effect (an expiration: the expiry).")
+    balance: SignedFigure = Field(description="Balance right after this entry.")
+    available: Figure
+    debt: Figure
+
+
+class GrantEntry(_EntryBase):
+    kind: Literal["grant"]
+    grant_id: int = Field(ge=1)
+    amount: Figure
+    expiry: Figure
+    settled_debt: Figure
+    retained: Figure
+
+
+class ConsumptionEntry(_EntryBase):
+    kind: Literal["consumption"]
+    amount: Figure
+    consumed: Figure
+    debt_added: Figure
+    allocation: list[AllocationItem]
+
+
+class ExpirationEntry(_EntryBase):
+    kind: Literal["expiration"]
+    grant_id: int = Field(ge=1)
+    expiry: Figure
+    amount: Figure = Field(description="Credits that expired unused.")
+
+
+LedgerEntry = Annotated[
+    GrantEntry | ConsumptionEntry | ExpirationEntry, Field(discriminator="kind")
+]
+
+
+class LedgerPage(BaseModel):
+    account_id: str
+    entries: list[LedgerEntry]
+    next_after: int | None = Field(
+        description="Pass as `after` to get the next page; null when this is the last page."
+    )
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str | int] = Field(description="Where the problem is, e.g. ['body', 'amount'].")
+    message: str
+    type: str
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="URI reference identifying the problem type.")
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    errors: list[ValidationIssue] | None = Field(
+        None, description="For validation problems: each offending field."
+    )
+    account_timestamp: int | None = Field(
+        None, description="For a timestamp regression: the account's latest timestamp."
+    )

@@ -1,0 +1,386 @@
+"""The pure ledger core: expiring GPU credit batches, debt, and monotonic time for one account.
+
+Standard library only, no clock reads (every call carries its timestamp), no I/O. The HTTP
+service, the storage backends and the tests all drive this one class, so the rules of SPEC
+section 1 live here and nowhere else.
+
+Design (TIGER_STYLE: limits on everything, assertions on invariants, units in names):
+
+- Live batches sit in a binary min-heap of ``[expiry, grant_seq, remaining]`` lists. The key
+  ``(expiry, grant_seq)`` is unique, so ties on expiry fall back to grant order and the mutable
+  ``remaining`` slot is never compared.
+- Expired batches are evicted lazily: every operation first pops the batches whose expiry is at
+  or before its timestamp. Time never goes backwards per account, so an evicted batch can never
+  become live again and eviction is permanent and exact.
+- ``_available`` is the running sum of ``remaining`` over the heap, so a balance read is O(1)
+  after eviction. Each batch is pushed once and popped at most once, so every operation is
+  O(log n) amortised.
+- Every operation validates and computes before it mutates: a rejected call changes nothing,
+  not even the clock. Expired batches popped during a rejected call are pushed back.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Final
+
+# 2^53-1: the largest integer every JSON client (JavaScript included) represents exactly.
+MAX_VALUE: Final = 2**53 - 1
+
+
+class LedgerError(ValueError):
+    """Base of every error the core raises; the tracker is unchanged when it is raised."""
+
+
+class InvalidInput(LedgerError):
+    """An argument outside SPEC section 1's input domain."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class TimestampRegression(LedgerError):
+    """A call whose timestamp is earlier than the latest one the account has seen."""
+
+    def __init__(self, timestamp: int, account_timestamp: int) -> None:
+        super().__init__(
+            f"timestamp {timestamp} is earlier than the account's latest timestamp "
+            f"{account_timestamp}"
+        )
+        self.timestamp = timestamp
+        self.account_timestamp = account_timestamp
+
+
+class TotalOverflow(LedgerError):
+    """An operation that would push a running total (available credits, debt) past 2^53-1."""
+
+    def __init__(self, total: str, would_be: int) -> None:
+        super().__init__(
+            f"the operation would raise the account's {total} to {would_be}, "
+            f"past the limit {MAX_VALUE}"
+        )
+        self.total = total
+        self.would_be = would_be
+
+
+@dataclass(frozen=True, slots=True)
+class Expiration:
+    """Credits of one grant that expired unused when the account's clock reached its expiry."""
+
+    grant_seq: int
+    expiry: int
+    amount: int
+
+
+@dataclass(frozen=True, slots=True)
+class Draw:
+    """How much one consumption took from one grant's batch."""
+
+    grant_seq: int
+    expiry: int
+    amount: int
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A live batch as seen from outside: the rest of one grant, with its expiry."""
+
+    grant_seq: int
+    expiry: int
+    remaining: int
+
+
+@dataclass(frozen=True, slots=True)
+class GrantResult:
+    grant_seq: int
+    settled_debt: int
+    retained: int
+    available: int
+    debt: int
+    expired: tuple[Expiration, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeResult:
+    consumed: int
+    debt_added: int
+    available: int
+    debt: int
+    draws: tuple[Draw, ...]
+    expired: tuple[Expiration, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BalanceResult:
+    available: int
+    debt: int
+    expired: tuple[Expiration, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TrackerState:
+    """Everything needed to rebuild a tracker exactly: what storage backends persist."""
+
+    clock: int
+    debt: int
+    next_grant_seq: int
+    batches: tuple[Batch, ...]
+
+
+_NO_EXPIRATIONS: Final[tuple[Expiration, ...]] = ()
+_Popped = list[list[int]]  # batches evicted by one call, as [expiry, grant_seq, remaining]
+_NONE: Final[_Popped] = []  # shared "nothing expired"; never mutated
+
+
+def _invalid(field: str, value: object, low: int) -> InvalidInput:
+    # type() rather than isinstance(): bool is a subclass of int and is not an amount.
+    if type(value) is not int:
+        return InvalidInput(field, f"must be an integer, got {type(value).__name__}")
+    return InvalidInput(field, f"must be between {low} and {MAX_VALUE}, got {value}")
+
+
+def _expirations(popped: _Popped) -> tuple[Expiration, ...]:
+    if not popped:
+        return _NO_EXPIRATIONS
+    return tuple(Expiration(grant_seq=b[1], expiry=b[0], amount=b[2]) for b in popped)
+
+
+def _check_int(field: str, value: object, low: int, high: int) -> int:
+    # type() rather than isinstance(): bool is a subclass of int and is not an amount.
+    if type(value) is not int:
+        raise InvalidInput(field, f"must be an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidInput(field, f"must be between {low} and {high}, got {value}")
+    return value
+
+
+class GPUCreditTracker:
+    """One account's credits. See the module docstring for the design."""
+
+    __slots__ = ("_available", "_clock", "_debt", "_heap", "_next_grant_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[list[int]] = []  # [expiry, grant_seq, remaining]
+        self._available = 0  # sum of remaining over _heap
+        self._debt = 0
+        self._clock = 0  # latest timestamp seen; timestamps start at 0
+        self._next_grant_seq = 1
+
+    # -- the interface of SPEC section 2 -------------------------------------------------
+    # These three are the hot path: they share the lean ``_grant``/``_consume``/``_advance``
+    # with the detailed ``apply_*`` methods below but build no result objects.
+
+    def grant(self, amount: int, timestamp: int, expiry: int) -> None:
+        self._grant(amount, timestamp, expiry)
+
+    def consume(self, amount: int, timestamp: int) -> int:
+        """Consume ``amount`` at ``timestamp``; return the outstanding debt afterwards."""
+        self._consume(amount, timestamp, None)
+        return self._debt
+
+    def get_balance(self, timestamp: int) -> int:
+        """Active credits at ``timestamp`` minus outstanding debt; advances the clock."""
+        self._advance(timestamp)
+        return self._available - self._debt
+
+    # -- the detailed operations the service uses ----------------------------------------
+
+    @property
+    def clock(self) -> int:
+        return self._clock
+
+    @property
+    def available(self) -> int:
+        return self._available
+
+    @property
+    def debt(self) -> int:
+        return self._debt
+
+    @property
+    def next_grant_seq(self) -> int:
+        return self._next_grant_seq
+
+    @property
+    def live_batch_count(self) -> int:
+        return len(self._heap)
+
+    def first_batch(self) -> Batch | None:
+        """The batch the next consumption draws from first (a partly drawn one stays here)."""
+        if not self._heap:
+            return None
+        expiry, grant_seq, remaining = self._heap[0]
+        return Batch(grant_seq=grant_seq, expiry=expiry, remaining=remaining)
+
+    def apply_grant(self, amount: int, timestamp: int, expiry: int) -> GrantResult:
+        grant_seq, settled, popped = self._grant(amount, timestamp, expiry)
+        return GrantResult(
+            grant_seq,
+            settled,
+            amount - settled,
+            self._available,
+            self._debt,
+            _expirations(popped),
+        )
+
+    def apply_consume(self, amount: int, timestamp: int) -> ConsumeResult:
+        draws: list[Draw] = []
+        consumed, debt_added, popped = self._consume(amount, timestamp, draws)
+        return ConsumeResult(
+            consumed, debt_added, self._available, self._debt, tuple(draws), _expirations(popped)
+        )
+
+    def apply_balance(self, timestamp: int) -> BalanceResult:
+        popped = self._advance(timestamp)
+        return BalanceResult(self._available, self._debt, _expirations(popped))
+
+    def batches(self) -> list[Batch]:
+        """Live batches in the order they will be consumed (earliest expiry, then grant)."""
+        return [Batch(grant_seq=b[1], expiry=b[0], remaining=b[2]) for b in sorted(self._heap)]
+
+    # -- persistence ---------------------------------------------------------------------
+
+    def state(self) -> TrackerState:
+        return TrackerState(self._clock, self._debt, self._next_grant_seq, tuple(self.batches()))
+
+    @classmethod
+    def from_state(cls, state: TrackerState) -> GPUCreditTracker:
+        """Rebuild a tracker from ``state``, refusing any state the rules could not produce."""
+        tracker = cls()
+        _check_int("clock", state.clock, 0, MAX_VALUE)
+        _check_int("debt", state.debt, 0, MAX_VALUE)
+        _check_int("next_grant_seq", state.next_grant_seq, 1, MAX_VALUE)
+        seen: set[int] = set()
+        for batch in state.batches:
+            _check_int("remaining", batch.remaining, 1, MAX_VALUE)
+            _check_int("expiry", batch.expiry, state.clock + 1, MAX_VALUE)
+            _check_int("grant_seq", batch.grant_seq, 1, state.next_grant_seq - 1)
+            if batch.grant_seq in seen:
+                raise InvalidInput("grant_seq", f"duplicate batch {batch.grant_seq}")
+            seen.add(batch.grant_seq)
+            tracker._heap.append([batch.expiry, batch.grant_seq, batch.remaining])
+            tracker._available += batch.remaining
+        heapq.heapify(tracker._heap)
+        _check_int("available", tracker._available, 0, MAX_VALUE)
+        if state.debt and tracker._available:
+            raise InvalidInput("debt", "debt and live credits cannot coexist")
+        tracker._clock = state.clock
+        tracker._debt = state.debt
+        tracker._next_grant_seq = state.next_grant_seq
+        return tracker
+
+    def check_invariants(self) -> None:
+        """O(n) full check, for tests: the running sum matches the batches, and so on."""
+        assert self._available == sum(b[2] for b in self._heap), "running sum drifted"
+        assert all(b[2] > 0 for b in self._heap), "empty batch kept"
+        assert all(b[0] > self._clock for b in self._heap), "expired batch kept"
+        assert 0 <= self._available <= MAX_VALUE
+        assert 0 <= self._debt <= MAX_VALUE
+        assert self._debt == 0 or self._available == 0, "debt and credits coexist"
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _grant(self, amount: int, timestamp: int, expiry: int) -> tuple[int, int, _Popped]:
+        """Validate, then apply; return (grant_seq, settled_debt, expired batches)."""
+        # Validation inlined: this is the hot path, and a call costs more than the check.
+        if type(amount) is not int or not 0 < amount <= MAX_VALUE:
+            raise _invalid("amount", amount, 1)
+        if type(timestamp) is not int or not 0 <= timestamp <= MAX_VALUE:
+            raise _invalid("timestamp", timestamp, 0)
+        if type(expiry) is not int or not 0 <= expiry <= MAX_VALUE:
+            raise _invalid("expiry", expiry, 0)
+        if expiry <= timestamp:
+            raise InvalidInput("expiry", f"must be after timestamp {timestamp}, got {expiry}")
+        if timestamp < self._clock:
+            raise TimestampRegression(timestamp, self._clock)
+
+        heap = self._heap
+        popped = self._pop_expired(timestamp) if heap and heap[0][0] <= timestamp else _NONE
+        debt = self._debt
+        settled = amount if amount <= debt else debt
+        retained = amount - settled
+        if self._available + retained > MAX_VALUE:
+            self._unpop(popped)
+            raise TotalOverflow("available credits", self._available + retained)
+
+        grant_seq = self._next_grant_seq
+        self._next_grant_seq = grant_seq + 1
+        self._clock = timestamp
+        if settled:
+            self._debt = debt - settled
+        if retained:
+            heapq.heappush(heap, [expiry, grant_seq, retained])
+            self._available += retained
+        assert self._debt == 0 or self._available == 0, "debt and credits coexist"
+        return grant_seq, settled, popped
+
+    def _consume(
+        self, amount: int, timestamp: int, draws: list[Draw] | None
+    ) -> tuple[int, int, _Popped]:
+        """Validate, then apply; return (consumed, debt_added, expired batches)."""
+        if type(amount) is not int or not 0 < amount <= MAX_VALUE:
+            raise _invalid("amount", amount, 1)
+        if type(timestamp) is not int or not 0 <= timestamp <= MAX_VALUE:
+            raise _invalid("timestamp", timestamp, 0)
+        if timestamp < self._clock:
+            raise TimestampRegression(timestamp, self._clock)
+
+        heap = self._heap
+        popped = self._pop_expired(timestamp) if heap and heap[0][0] <= timestamp else _NONE
+        available = self._available
+        if amount <= available:
+            consumed, debt_added = amount, 0
+        else:
+            consumed, debt_added = available, amount - available
+            if self._debt + debt_added > MAX_VALUE:
+                self._unpop(popped)
+                raise TotalOverflow("debt", self._debt + debt_added)
+
+        to_take = consumed
+        while to_take:
+            batch = heap[0]
+            if batch[2] <= to_take:
+                heapq.heappop(heap)
+                to_take -= batch[2]
+                if draws is not None:
+                    draws.append(Draw(batch[1], batch[0], batch[2]))
+            else:
+                batch[2] -= to_take  # the heap key (expiry, grant_seq) is unchanged
+                if draws is not None:
+                    draws.append(Draw(batch[1], batch[0], to_take))
+                to_take = 0
+        self._clock = timestamp
+        self._available = available - consumed
+        if debt_added:
+            self._debt += debt_added
+        assert self._debt == 0 or self._available == 0, "debt and credits coexist"
+        return consumed, debt_added, popped
+
+    def _advance(self, timestamp: int) -> _Popped:
+        """Move the clock to ``timestamp`` (a balance read), evicting what expired."""
+        if type(timestamp) is not int or not 0 <= timestamp <= MAX_VALUE:
+            raise _invalid("timestamp", timestamp, 0)
+        if timestamp < self._clock:
+            raise TimestampRegression(timestamp, self._clock)
+        heap = self._heap
+        popped = self._pop_expired(timestamp) if heap and heap[0][0] <= timestamp else _NONE
+        self._clock = timestamp
+        return popped
+
+    def _pop_expired(self, timestamp: int) -> _Popped:
+        heap = self._heap
+        popped: list[list[int]] = []
+        while heap and heap[0][0] <= timestamp:
+            batch = heapq.heappop(heap)
+            self._available -= batch[2]
+            popped.append(batch)
+        return popped
+
+    def _unpop(self, popped: _Popped) -> None:
+        """Undo ``_pop_expired`` for a call that is being rejected."""
+        for batch in popped:
+            heapq.heappush(self._heap, batch)
+            self._available += batch[2]

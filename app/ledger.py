@@ -1,0 +1,540 @@
+"""The ledger service: the in-process registry of per-account trackers, their locks, and the
+path from a validated request to a durable, acknowledged change.
+
+Why it is shaped this way:
+
+- Every account's ``GPUCreditTracker`` lives in memory; computing there is O(log n) and needs
+  no database round trip. The storage backend is a write-ahead journal of ``Change`` rows plus
+  state rows, so a restart loads state without replaying history.
+- Per account, an ``asyncio.Lock`` serialises the compute-and-submit step, so the order in
+  which changes reach the backend is the order in which the tracker applied them, and the
+  per-account timestamp order is enforced by the tracker itself.
+- The lock is released before the commit is awaited, so concurrent requests on one account
+  share a group commit instead of paying one fsync each. Nothing is acknowledged before it is
+  durable: a writer awaits its own change, and a reader awaits the newest change submitted for
+  the account before it answers, so no response ever shows state that a crash could lose.
+- If the backend fails to commit, memory has run ahead of disk and cannot be trusted: the
+  ledger stops serving (503) until the process restarts and reloads what is on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from app.domain import (
+    Batch,
+    ConsumeResult,
+    Expiration,
+    GPUCreditTracker,
+)
+from app.storage.base import (
+    AccountRow,
+    Change,
+    Entry,
+    IdempotencyRecord,
+    JsonObject,
+    StorageError,
+    Store,
+)
+
+
+class ServiceError(Exception):
+    """Base of the errors the service raises (the domain raises ``LedgerError``)."""
+
+
+class AccountNotFound(ServiceError):
+    def __init__(self, account_id: str) -> None:
+        super().__init__(f"account {account_id!r} has no grants or consumptions yet")
+        self.account_id = account_id
+
+
+class GrantNotFound(ServiceError):
+    def __init__(self, account_id: str, grant_id: int) -> None:
+        super().__init__(f"account {account_id!r} has no grant {grant_id}")
+
+
+class IdempotencyKeyReused(ServiceError):
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"Idempotency-Key {key!r} was already used on this account with a different "
+            "operation or body"
+        )
+
+
+class ServiceUnavailable(ServiceError):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    grant_id: int
+    expiry: int
+    amount: int
+
+
+@dataclass(frozen=True, slots=True)
+class GrantReceipt:
+    account_id: str
+    grant_id: int
+    sequence: int
+    timestamp: int
+    amount: int
+    expiry: int
+    balance: int
+    available: int
+    debt: int
+    settled_debt: int
+    retained: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumptionReceipt:
+    account_id: str
+    sequence: int
+    timestamp: int
+    amount: int
+    balance: int
+    available: int
+    debt: int
+    consumed: int
+    debt_added: int
+    allocation: list[Allocation]
+
+
+@dataclass(frozen=True, slots=True)
+class BalanceView:
+    account_id: str
+    timestamp: int
+    balance: int
+    available: int
+    debt: int
+
+
+@dataclass(frozen=True, slots=True)
+class LiveGrant:
+    grant_id: int
+    expiry: int
+    remaining: int
+
+
+@dataclass(frozen=True, slots=True)
+class GrantView:
+    account_id: str
+    grant_id: int
+    sequence: int
+    timestamp: int
+    amount: int
+    expiry: int
+    settled_debt: int
+    retained: int
+    remaining: int  # 0 once consumed, expired, or swallowed by debt
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """A stored response for a retried request: send it again, change nothing."""
+
+    status_code: int
+    body: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class Idempotency:
+    key: str
+    fingerprint: str
+    status_code: int  # the status the first response is sent with
+
+
+_R = TypeVar("_R", GrantReceipt, ConsumptionReceipt)
+
+
+def fingerprint(operation: str, account_id: str, body: JsonObject) -> str:
+    canonical = json.dumps([operation, account_id, body], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(slots=True)
+class _Account:
+    tracker: GPUCreditTracker
+    next_entry_seq: int
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    writers: int = 0  # requests holding or awaiting the lock to write
+    # The future of the newest change submitted for this account: readers await it so they
+    # never answer with state that is not yet durable.
+    durable: asyncio.Future[None] | None = None
+
+
+@dataclass(slots=True)
+class _PendingKey:
+    record: IdempotencyRecord
+    durable: asyncio.Future[None]
+
+
+class Ledger:
+    def __init__(
+        self,
+        store: Store,
+        idempotency_ttl_s: float,
+        wall_clock_s: Callable[[], float] = time.time,
+    ) -> None:
+        assert idempotency_ttl_s > 0
+        self._store = store
+        self._idempotency_ttl_s = idempotency_ttl_s
+        self._wall_clock_s = wall_clock_s
+        self._accounts: dict[str, _Account] = {}
+        self._keys: dict[tuple[str, str], _PendingKey] = {}
+        self._failure: str | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loaded = await self._store.open(self._wall_clock_s() - self._idempotency_ttl_s)
+        for account_id, account in loaded.accounts.items():
+            self._accounts[account_id] = _Account(
+                GPUCreditTracker.from_state(account.tracker_state), account.next_entry_seq
+            )
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        for record in loaded.idempotency:
+            self._keys[(record.account_id, record.key)] = _PendingKey(record, done)
+
+    async def prune_idempotency(self) -> int:
+        """Forget idempotency keys older than the retention period (memory and disk)."""
+        cutoff_s = self._wall_clock_s() - self._idempotency_ttl_s
+        old = [k for k, p in self._keys.items() if p.record.created_at_s < cutoff_s]
+        for k in old:
+            del self._keys[k]
+        await self._store.prune_idempotency(cutoff_s)
+        return len(old)
+
+    @property
+    def healthy(self) -> bool:
+        return self._failure is None
+
+    @property
+    def account_count(self) -> int:
+        return len(self._accounts)
+
+    # -- writes --------------------------------------------------------------------------
+
+    async def grant(
+        self,
+        account_id: str,
+        amount: int,
+        timestamp: int,
+        expiry: int,
+        idempotency: Idempotency | None = None,
+    ) -> GrantReceipt | Replay:
+        def apply(account: _Account) -> tuple[Change, GrantReceipt]:
+            tracker = account.tracker
+            before = (tracker.available, tracker.debt)
+            result = tracker.apply_grant(amount, timestamp, expiry)
+            entries = self._expiration_entries(account, result.expired, *before)
+            seq = self._next_seq(account)
+            details = {
+                "grant_id": result.grant_seq,
+                "amount": amount,
+                "expiry": expiry,
+                "settled_debt": result.settled_debt,
+                "retained": result.retained,
+            }
+            entries.append(Entry(seq, "grant", timestamp, result.available, result.debt, details))
+            change = self._change(account_id, account, entries)
+            change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
+            if result.retained:
+                change.upserted_batches.append(Batch(result.grant_seq, expiry, result.retained))
+            receipt = GrantReceipt(
+                account_id=account_id,
+                grant_id=result.grant_seq,
+                sequence=seq,
+                timestamp=timestamp,
+                amount=amount,
+                expiry=expiry,
+                balance=result.available - result.debt,
+                available=result.available,
+                debt=result.debt,
+                settled_debt=result.settled_debt,
+                retained=result.retained,
+            )
+            return change, receipt
+
+        return await self._write(account_id, idempotency, apply)
+
+    async def consume(
+        self,
+        account_id: str,
+        amount: int,
+        timestamp: int,
+        idempotency: Idempotency | None = None,
+    ) -> ConsumptionReceipt | Replay:
+        def apply(account: _Account) -> tuple[Change, ConsumptionReceipt]:
+            tracker = account.tracker
+            before = (tracker.available, tracker.debt)
+            result = tracker.apply_consume(amount, timestamp)
+            entries = self._expiration_entries(account, result.expired, *before)
+            seq = self._next_seq(account)
+            allocation = [Allocation(d.grant_seq, d.expiry, d.amount) for d in result.draws]
+            details = {
+                "amount": amount,
+                "consumed": result.consumed,
+                "debt_added": result.debt_added,
+                "allocation": [dataclasses.asdict(a) for a in allocation],
+            }
+            entries.append(
+                Entry(seq, "consumption", timestamp, result.available, result.debt, details)
+            )
+            change = self._change(account_id, account, entries)
+            change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
+            self._record_draws(change, tracker, result)
+            receipt = ConsumptionReceipt(
+                account_id=account_id,
+                sequence=seq,
+                timestamp=timestamp,
+                amount=amount,
+                balance=result.available - result.debt,
+                available=result.available,
+                debt=result.debt,
+                consumed=result.consumed,
+                debt_added=result.debt_added,
+                allocation=allocation,
+            )
+            return change, receipt
+
+        return await self._write(account_id, idempotency, apply)
+
+    async def _write(
+        self,
+        account_id: str,
+        idempotency: Idempotency | None,
+        apply: Callable[[_Account], tuple[Change, _R]],
+    ) -> _R | Replay:
+        """Apply one write under the account's lock, submit it, and wait until durable.
+
+        A grant or consumption on an unknown account creates it; if the operation is
+        rejected, the new account is dropped again, so a failed request leaves no trace.
+        """
+        self._check_serving()
+        account = self._accounts.get(account_id)
+        if account is None:
+            account = _Account(GPUCreditTracker(), next_entry_seq=1)
+            self._accounts[account_id] = account
+        account.writers += 1
+        try:
+            async with account.lock:
+                pending = self._find_replay(account_id, idempotency)
+                if pending is not None:
+                    fut = pending.durable
+                else:
+                    change, receipt = apply(account)
+                    fut = self._submit(account_id, account, change, receipt, idempotency)
+        finally:
+            account.writers -= 1
+            if account.next_entry_seq == 1 and account.writers == 0:
+                # Created for this request, which failed, and nobody else is waiting on it.
+                del self._accounts[account_id]
+        await self._await_durable(fut)
+        if pending is not None:
+            return Replay(pending.record.status_code, pending.record.body)
+        return receipt
+
+    async def balance(self, account_id: str, timestamp: int | None) -> BalanceView:
+        """The balance at ``timestamp`` (advancing the clock), or at the account's latest
+        timestamp when it is None (changing nothing). Unknown accounts are not created."""
+        self._check_serving()
+        account = self._accounts.get(account_id)
+        if account is None:
+            raise AccountNotFound(account_id)
+        async with account.lock:
+            tracker = account.tracker
+            clock_before = tracker.clock
+            if timestamp is None or timestamp == clock_before:
+                # Nothing can change: batches with expiry <= clock were evicted already.
+                view = self._view(account_id, tracker)
+                fut = account.durable
+            else:
+                before = (tracker.available, tracker.debt)
+                result = tracker.apply_balance(timestamp)  # raises on a regression
+                view = self._view(account_id, tracker)
+                # The clock moved: that is a change, durable before the answer.
+                entries = self._expiration_entries(account, result.expired, *before)
+                change = self._change(account_id, account, entries)
+                change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
+                fut = self._submit(account_id, account, change, None, None)
+        await self._await_durable(fut)
+        return view
+
+    # -- reads ---------------------------------------------------------------------------
+
+    async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrant]]:
+        """Live batches at the account's latest timestamp, in the order they will be used."""
+        self._check_serving()
+        account = self._accounts.get(account_id)
+        if account is None:
+            raise AccountNotFound(account_id)
+        async with account.lock:
+            view = self._view(account_id, account.tracker)
+            grants = [
+                LiveGrant(b.grant_seq, b.expiry, b.remaining) for b in account.tracker.batches()
+            ]
+            fut = account.durable
+        await self._await_durable(fut)
+        return view, grants
+
+    async def grant_view(self, account_id: str, grant_id: int) -> GrantView:
+        self._check_serving()
+        account = self._accounts.get(account_id)
+        if account is None:
+            raise AccountNotFound(account_id)
+        async with account.lock:
+            fut = account.durable
+            remaining = 0
+            for batch in account.tracker.batches():
+                if batch.grant_seq == grant_id:
+                    remaining = batch.remaining
+        await self._await_durable(fut)
+        entry = await self._store.read_grant_entry(account_id, grant_id)
+        if entry is None:
+            raise GrantNotFound(account_id, grant_id)
+        d = entry.details
+        return GrantView(
+            account_id=account_id,
+            grant_id=grant_id,
+            sequence=entry.seq,
+            timestamp=entry.timestamp,
+            amount=d["amount"],
+            expiry=d["expiry"],
+            settled_debt=d["settled_debt"],
+            retained=d["retained"],
+            remaining=remaining,
+        )
+
+    async def entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
+        self._check_serving()
+        account = self._accounts.get(account_id)
+        if account is None:
+            raise AccountNotFound(account_id)
+        async with account.lock:
+            fut = account.durable
+        await self._await_durable(fut)
+        return await self._store.read_entries(account_id, after_seq, limit)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _check_serving(self) -> None:
+        if self._failure is not None:
+            raise ServiceUnavailable(self._failure)
+
+    @staticmethod
+    def _view(account_id: str, tracker: GPUCreditTracker) -> BalanceView:
+        return BalanceView(
+            account_id=account_id,
+            timestamp=tracker.clock,
+            balance=tracker.available - tracker.debt,
+            available=tracker.available,
+            debt=tracker.debt,
+        )
+
+    @staticmethod
+    def _next_seq(account: _Account) -> int:
+        seq = account.next_entry_seq
+        account.next_entry_seq = seq + 1
+        return seq
+
+    def _expiration_entries(
+        self,
+        account: _Account,
+        expired: tuple[Expiration, ...],
+        available_before: int,
+        debt_before: int,
+    ) -> list[Entry]:
+        entries: list[Entry] = []
+        available = available_before
+        for e in expired:  # popped in (expiry, grant_seq) order
+            available -= e.amount
+            entries.append(
+                Entry(
+                    seq=self._next_seq(account),
+                    kind="expiration",
+                    timestamp=e.expiry,
+                    available=available,
+                    debt=debt_before,
+                    details={"grant_id": e.grant_seq, "expiry": e.expiry, "amount": e.amount},
+                )
+            )
+        return entries
+
+    @staticmethod
+    def _change(account_id: str, account: _Account, entries: list[Entry]) -> Change:
+        t = account.tracker
+        row = AccountRow(account_id, t.clock, t.debt, t.next_grant_seq, account.next_entry_seq)
+        return Change(account=row, entries=entries)
+
+    @staticmethod
+    def _record_draws(change: Change, tracker: GPUCreditTracker, result: ConsumeResult) -> None:
+        if not result.draws:
+            return
+        # Every batch drawn from is gone, except possibly the last one, which a partial draw
+        # leaves at the top of the heap with its key unchanged.
+        first = tracker.first_batch()
+        for draw in result.draws:
+            if first is not None and draw.grant_seq == first.grant_seq:
+                change.upserted_batches.append(first)
+            else:
+                change.removed_grant_seqs.append(draw.grant_seq)
+
+    def _find_replay(self, account_id: str, idempotency: Idempotency | None) -> _PendingKey | None:
+        if idempotency is None:
+            return None
+        pending = self._keys.get((account_id, idempotency.key))
+        if pending is not None and pending.record.fingerprint != idempotency.fingerprint:
+            raise IdempotencyKeyReused(idempotency.key)
+        return pending
+
+    def _submit(
+        self,
+        account_id: str,
+        account: _Account,
+        change: Change,
+        receipt: Any,
+        idempotency: Idempotency | None,
+    ) -> asyncio.Future[None]:
+        if idempotency is not None:
+            change.idempotency = IdempotencyRecord(
+                account_id=account_id,
+                key=idempotency.key,
+                fingerprint=idempotency.fingerprint,
+                status_code=idempotency.status_code,
+                body=_jsonable(receipt),
+                created_at_s=self._wall_clock_s(),
+            )
+        fut = self._store.submit([change])
+        if change.idempotency is not None:
+            self._keys[(account_id, idempotency.key)] = _PendingKey(  # type: ignore[union-attr]
+                change.idempotency, fut
+            )
+        account.durable = fut
+        return fut
+
+    async def _await_durable(self, fut: asyncio.Future[None] | None) -> None:
+        if fut is None:
+            return
+        try:
+            # shield: a client that disconnects must not cancel a commit others wait for.
+            await asyncio.shield(fut)
+        except StorageError as exc:
+            self._failure = f"storage failed, restart required: {exc}"
+            raise ServiceUnavailable(self._failure) from exc
+
+
+def _jsonable(receipt: Any) -> JsonObject:
+    body = dataclasses.asdict(receipt)
+    assert isinstance(body, dict)
+    return body

@@ -1,0 +1,78 @@
+"""The application factory: ``create_app()`` wires settings, storage, the ledger service,
+routes and error mapping; its lifespan opens storage before the first request and closes it
+after the last."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI
+
+from app.api import problems
+from app.api.openapi import build_openapi
+from app.api.routes import router
+from app.ledger import Ledger
+from app.settings import Settings
+from app.storage import open_store
+
+VERSION = "1.0.0"
+DESCRIPTION = """\
+A ledger of expiring GPU compute credits per account. Grants expire; consumption takes the
+earliest-expiring credits first; consumption beyond the active credits becomes debt, which
+new grants settle first. Timestamps are the caller's and never decrease per account.
+Every error is an RFC 9457 problem document (`application/problem+json`).
+"""
+log = logging.getLogger("app")
+IDEMPOTENCY_PRUNE_INTERVAL_S = 3600.0
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = open_store(settings)
+        ledger = Ledger(store, idempotency_ttl_s=settings.idempotency_ttl_hours * 3600)
+        await ledger.start()
+        app.state.ledger = ledger
+        log.info("ledger ready: storage=%s accounts=%d", store.name, ledger.account_count)
+        pruner = asyncio.create_task(_prune_forever(ledger))
+        try:
+            yield
+        finally:
+            pruner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pruner
+            await store.close()
+
+    app = FastAPI(
+        title="gpu-credits",
+        version=VERSION,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        openapi_tags=[
+            {"name": "credits", "description": "Grants, consumption, balances, history."},
+            {"name": "operations", "description": "Health."},
+        ],
+    )
+    app.include_router(router)
+    problems.install(app)
+
+    def openapi() -> dict[str, Any]:
+        return build_openapi(app)
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+async def _prune_forever(ledger: Ledger) -> None:
+    while True:
+        await asyncio.sleep(IDEMPOTENCY_PRUNE_INTERVAL_S)
+        try:
+            await ledger.prune_idempotency()
+        except Exception:  # keep pruning on the next round; the ledger itself is unaffected
+            log.exception("idempotency pruning failed")

@@ -1,0 +1,53 @@
+"""In-memory backend: explicit opt-in for ephemeral use and fast tests. Nothing survives the
+process; ``submit`` completes at once because there is no disk to wait for."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from app.storage.base import Change, Entry, IdempotencyRecord, LoadedState
+
+
+class MemoryStore:
+    name = "memory"
+
+    def __init__(self) -> None:
+        self._entries: dict[str, list[Entry]] = {}
+        self._grant_entries: dict[tuple[str, int], Entry] = {}
+        self._idempotency: dict[tuple[str, str], IdempotencyRecord] = {}
+
+    async def open(self, idempotency_min_created_at_s: float) -> LoadedState:
+        return LoadedState()
+
+    def submit(self, changes: Sequence[Change]) -> asyncio.Future[None]:
+        for change in changes:
+            account_id = change.account.account_id
+            entries = self._entries.setdefault(account_id, [])
+            for entry in change.entries:
+                assert entry.seq == len(entries) + 1, "ledger entries must be contiguous"
+                entries.append(entry)
+                if entry.kind == "grant":
+                    self._grant_entries[(account_id, entry.details["grant_id"])] = entry
+            if change.idempotency is not None:
+                record = change.idempotency
+                self._idempotency[(record.account_id, record.key)] = record
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    async def read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
+        # seq is 1-based and contiguous, so entry seq s sits at index s - 1.
+        return self._entries.get(account_id, [])[after_seq : after_seq + limit]
+
+    async def read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
+        return self._grant_entries.get((account_id, grant_seq))
+
+    async def prune_idempotency(self, min_created_at_s: float) -> int:
+        old = [k for k, r in self._idempotency.items() if r.created_at_s < min_created_at_s]
+        for k in old:
+            del self._idempotency[k]
+        return len(old)
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,365 @@
+"""SQLite backend: the default. One database file, WAL journal, ``synchronous=FULL``.
+
+Why it is shaped this way:
+
+- Durable before acknowledged: ``submit`` returns a future that completes only after the
+  transaction holding the change has committed with ``synchronous=FULL`` (fsync of the WAL).
+- Group commit: one writer thread owns the write connection. While it commits, new changes
+  queue up; the next transaction takes all of them, so N concurrent requests cost one fsync,
+  not N. The event loop never touches the disk: it only hands lists to the writer thread.
+- All or nothing: every group is one transaction; on any error it is rolled back, every
+  waiting future fails with ``StorageError``, and so does every later submit (memory has run
+  ahead of disk, so the process must restart and reload).
+- Bounded startup: state rows (``accounts``, ``batches``) are updated in the same transaction
+  as the journal (``entries``), so startup reads state, never replays history.
+- Reads of history use a second connection on a reader thread; WAL lets them run while the
+  writer commits, and they only see committed data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Final
+
+from app.domain import Batch, TrackerState
+from app.storage.base import (
+    Change,
+    Entry,
+    IdempotencyRecord,
+    LoadedAccount,
+    LoadedState,
+    StorageError,
+)
+
+log = logging.getLogger("app.storage.sqlite")
+
+SCHEMA_VERSION: Final = 1
+# A cap on one transaction's size keeps a commit's latency and memory bounded under load.
+MAX_CHANGES_PER_COMMIT: Final = 20_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS accounts (
+    account_id TEXT PRIMARY KEY,
+    clock INTEGER NOT NULL,
+    debt INTEGER NOT NULL,
+    next_grant_seq INTEGER NOT NULL,
+    next_entry_seq INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batches (
+    account_id TEXT NOT NULL,
+    grant_seq INTEGER NOT NULL,
+    expiry INTEGER NOT NULL,
+    remaining INTEGER NOT NULL,
+    PRIMARY KEY (account_id, grant_seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS entries (
+    account_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    timestamp INTEGER NOT NULL,
+    available INTEGER NOT NULL,
+    debt INTEGER NOT NULL,
+    grant_seq INTEGER,
+    details TEXT NOT NULL,
+    PRIMARY KEY (account_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS entries_by_grant ON entries (account_id, grant_seq)
+    WHERE kind = 'grant';
+CREATE TABLE IF NOT EXISTS idempotency (
+    account_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    status_code INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    created_at_s REAL NOT NULL,
+    PRIMARY KEY (account_id, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (created_at_s);
+"""
+
+_UPSERT_ACCOUNT = """
+INSERT INTO accounts (account_id, clock, debt, next_grant_seq, next_entry_seq)
+VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (account_id) DO UPDATE SET
+    clock = excluded.clock, debt = excluded.debt,
+    next_grant_seq = excluded.next_grant_seq, next_entry_seq = excluded.next_entry_seq
+"""
+_UPSERT_BATCH = """
+INSERT INTO batches (account_id, grant_seq, expiry, remaining) VALUES (?, ?, ?, ?)
+ON CONFLICT (account_id, grant_seq) DO UPDATE SET remaining = excluded.remaining
+"""
+_DELETE_BATCH = "DELETE FROM batches WHERE account_id = ? AND grant_seq = ?"
+_INSERT_ENTRY = """
+INSERT INTO entries (account_id, seq, kind, timestamp, available, debt, grant_seq, details)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+"""
+_INSERT_IDEMPOTENCY = """
+INSERT OR REPLACE INTO idempotency
+    (account_id, key, fingerprint, status_code, body, created_at_s)
+VALUES (?, ?, ?, ?, ?, ?)
+"""
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a group is exactly one
+    # transaction. check_same_thread=False: each connection is used by one executor thread,
+    # but it is created on another.
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA busy_timeout = 5000")
+    return conn
+
+
+def _entry_from_row(row: tuple[Any, ...]) -> Entry:
+    seq, kind, timestamp, available, debt, details = row
+    return Entry(seq, kind, timestamp, available, debt, json.loads(details))
+
+
+class SqliteStore:
+    name = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-reader")
+        self._write_conn: sqlite3.Connection | None = None
+        self._read_conn: sqlite3.Connection | None = None
+        self._queue: list[tuple[Sequence[Change], asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._failure: StorageError | None = None
+        self.commits = 0  # transactions committed: group commit makes this < changes
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def open(self, idempotency_min_created_at_s: float) -> LoadedState:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._writer, self._open, idempotency_min_created_at_s)
+
+    def _open(self, idempotency_min_created_at_s: float) -> LoadedState:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        conn = self._write_conn = _connect(self._path)
+        conn.executescript(_SCHEMA)
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if version is None:
+            conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(version[0]) != SCHEMA_VERSION:
+            raise StorageError(f"database schema {version[0]} is not {SCHEMA_VERSION}")
+        conn.execute(
+            "DELETE FROM idempotency WHERE created_at_s < ?", (idempotency_min_created_at_s,)
+        )
+        self._read_conn = _connect(self._path)
+
+        state = LoadedState()
+        batches: dict[str, list[Batch]] = {}
+        for account_id, grant_seq, expiry, remaining in conn.execute(
+            "SELECT account_id, grant_seq, expiry, remaining FROM batches"
+        ):
+            batches.setdefault(account_id, []).append(Batch(grant_seq, expiry, remaining))
+        for account_id, clock, debt, next_grant_seq, next_entry_seq in conn.execute(
+            "SELECT account_id, clock, debt, next_grant_seq, next_entry_seq FROM accounts"
+        ):
+            tracker_state = TrackerState(
+                clock, debt, next_grant_seq, tuple(batches.pop(account_id, ()))
+            )
+            state.accounts[account_id] = LoadedAccount(tracker_state, next_entry_seq)
+        if batches:
+            raise StorageError(f"batches without an account row: {sorted(batches)[:5]}")
+        for row in conn.execute(
+            "SELECT account_id, key, fingerprint, status_code, body, created_at_s FROM idempotency"
+        ):
+            account_id, key, fp, status_code, body, created_at_s = row
+            state.idempotency.append(
+                IdempotencyRecord(account_id, key, fp, status_code, json.loads(body), created_at_s)
+            )
+        return state
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            await asyncio.shield(self._flusher)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._writer, self._close_write)
+        await loop.run_in_executor(self._reader, self._close_read)
+        self._writer.shutdown()
+        self._reader.shutdown()
+
+    def _close_write(self) -> None:
+        if self._write_conn is not None:
+            self._write_conn.close()
+            self._write_conn = None
+
+    def _close_read(self) -> None:
+        if self._read_conn is not None:
+            self._read_conn.close()
+            self._read_conn = None
+
+    # -- writes --------------------------------------------------------------------------
+
+    def submit(self, changes: Sequence[Change]) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        if self._failure is not None:
+            fut.set_exception(self._failure)
+            return fut
+        self._queue.append((changes, fut))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = loop.create_task(self._flush())
+        return fut
+
+    async def _flush(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            group = self._take_group()
+            changes = [c for chunk, _ in group for c in chunk]
+            try:
+                await loop.run_in_executor(self._writer, self._write, changes)
+            except Exception as exc:  # any failure poisons the store: see module docstring
+                log.critical("commit failed; refusing further writes", exc_info=exc)
+                self._failure = StorageError(f"commit failed: {exc}")
+                failed = group + self._queue
+                self._queue = []
+                for _, fut in failed:
+                    if not fut.done():
+                        fut.set_exception(self._failure)
+                return
+            self.commits += 1
+            for _, fut in group:
+                if not fut.done():
+                    fut.set_result(None)
+
+    def _take_group(self) -> list[tuple[Sequence[Change], asyncio.Future[None]]]:
+        """The oldest queued submissions, up to MAX_CHANGES_PER_COMMIT changes (at least one
+        submission, however large, so a big batch is never split across transactions)."""
+        count = 0
+        cut = 0
+        for chunk, _ in self._queue:
+            if cut and count + len(chunk) > MAX_CHANGES_PER_COMMIT:
+                break
+            count += len(chunk)
+            cut += 1
+        group = self._queue[:cut]
+        del self._queue[:cut]
+        return group
+
+    def _write(self, changes: list[Change]) -> None:
+        conn = self._write_conn
+        assert conn is not None, "store is not open"
+        accounts: dict[str, tuple[str, int, int, int, int]] = {}
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for change in changes:
+                a = change.account
+                account_id = a.account_id
+                # Only the newest row of an account matters; written once after the loop.
+                accounts[account_id] = (
+                    account_id,
+                    a.clock,
+                    a.debt,
+                    a.next_grant_seq,
+                    a.next_entry_seq,
+                )
+                if change.entries:
+                    conn.executemany(
+                        _INSERT_ENTRY,
+                        [
+                            (
+                                account_id,
+                                e.seq,
+                                e.kind,
+                                e.timestamp,
+                                e.available,
+                                e.debt,
+                                e.details.get("grant_id") if e.kind == "grant" else None,
+                                json.dumps(e.details, separators=(",", ":")),
+                            )
+                            for e in change.entries
+                        ],
+                    )
+                # Order matters within a change and across changes: an expired batch is
+                # removed and a new one added by the same grant; a batch added by one change
+                # may be drawn down by the next.
+                if change.removed_grant_seqs:
+                    conn.executemany(
+                        _DELETE_BATCH, [(account_id, s) for s in change.removed_grant_seqs]
+                    )
+                if change.upserted_batches:
+                    conn.executemany(
+                        _UPSERT_BATCH,
+                        [
+                            (account_id, b.grant_seq, b.expiry, b.remaining)
+                            for b in change.upserted_batches
+                        ],
+                    )
+                r = change.idempotency
+                if r is not None:
+                    conn.execute(
+                        _INSERT_IDEMPOTENCY,
+                        (
+                            r.account_id,
+                            r.key,
+                            r.fingerprint,
+                            r.status_code,
+                            json.dumps(r.body, separators=(",", ":")),
+                            r.created_at_s,
+                        ),
+                    )
+            conn.executemany(_UPSERT_ACCOUNT, accounts.values())
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    # -- reads ---------------------------------------------------------------------------
+
+    async def read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._reader, self._read_entries, account_id, after_seq, limit
+        )
+
+    def _read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        rows = conn.execute(
+            "SELECT seq, kind, timestamp, available, debt, details FROM entries "
+            "WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (account_id, after_seq, limit),
+        ).fetchall()
+        return [_entry_from_row(r) for r in rows]
+
+    async def read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._reader, self._read_grant_entry, account_id, grant_seq
+        )
+
+    def _read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        row = conn.execute(
+            "SELECT seq, kind, timestamp, available, debt, details FROM entries "
+            "WHERE account_id = ? AND grant_seq = ? AND kind = 'grant'",
+            (account_id, grant_seq),
+        ).fetchone()
+        return None if row is None else _entry_from_row(row)
+
+    async def prune_idempotency(self, min_created_at_s: float) -> int:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._writer, self._prune, min_created_at_s)
+
+    def _prune(self, min_created_at_s: float) -> int:
+        conn = self._write_conn
+        assert conn is not None, "store is not open"
+        cursor = conn.execute("DELETE FROM idempotency WHERE created_at_s < ?", (min_created_at_s,))
+        return cursor.rowcount

@@ -1,0 +1,166 @@
+"""Core benchmark: GPUCreditTracker against a naive list scan and a bare heapq loop.
+
+Run: ``python bench/core.py`` (``--quick`` for a smoke run). Everything is measured in this
+one process, one after the other, and reported as ratios, because the machines are shared
+and noisy: an absolute ops/s figure means little, a ratio measured in the same run does.
+
+Workload (deterministic, seeded): ``live`` grants with spread-out expiries build up the live
+batches, then mixed calls (grants, consumptions of a few batches' worth, balance reads) with a
+clock that creeps forward so batches keep expiring, until ``calls`` calls in all.
+
+- naive: a list of batches; every consumption scans for the earliest expiry and every balance
+  read sums the list. O(n) per call, so it is measured at 10^4 live batches only.
+- bare heapq: the same call sequence as plain ``heappush``/``heappop``/peek on tuples, the floor
+  for a heap-based design in CPython.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.domain import GPUCreditTracker
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    kind: str  # "grant" | "consume" | "balance"
+    amount: int
+    timestamp: int
+    expiry: int
+
+
+def make_calls(calls: int, live: int, seed: int = 7) -> list[Call]:
+    rng = random.Random(seed)
+    out: list[Call] = []
+    now = 0
+    horizon = live * 10
+    for _ in range(live):  # build up the live batches
+        out.append(
+            Call("grant", rng.randint(1, 1000), now, now + rng.randint(horizon, 2 * horizon))
+        )
+    while len(out) < calls:
+        now += rng.randint(0, 2)
+        r = rng.random()
+        if r < 0.45:
+            out.append(Call("grant", rng.randint(1, 1000), now, now + rng.randint(1, 2 * horizon)))
+        elif r < 0.9:
+            out.append(Call("consume", rng.randint(1, 1500), now, 0))
+        else:
+            out.append(Call("balance", 0, now, 0))
+    return out
+
+
+class NaiveTracker:
+    """Obviously correct and O(n): the baseline the heap design must beat."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []  # [expiry, seq, remaining]
+        self.debt = 0
+        self.seq = 0
+
+    def grant(self, amount: int, timestamp: int, expiry: int) -> None:
+        self.batches = [b for b in self.batches if b[0] > timestamp]
+        settled = min(amount, self.debt)
+        self.debt -= settled
+        if amount > settled:
+            self.seq += 1
+            self.batches.append([expiry, self.seq, amount - settled])
+
+    def consume(self, amount: int, timestamp: int) -> int:
+        self.batches = [b for b in self.batches if b[0] > timestamp]
+        while amount and self.batches:
+            first = min(self.batches)
+            take = min(first[2], amount)
+            first[2] -= take
+            amount -= take
+            if first[2] == 0:
+                self.batches.remove(first)
+        self.debt += amount
+        return self.debt
+
+    def get_balance(self, timestamp: int) -> int:
+        self.batches = [b for b in self.batches if b[0] > timestamp]
+        return sum(b[2] for b in self.batches) - self.debt
+
+
+def run_tracker(factory: Callable[[], object], calls: list[Call]) -> float:
+    tracker = factory()
+    grant = tracker.grant  # type: ignore[attr-defined]
+    consume = tracker.consume  # type: ignore[attr-defined]
+    balance = tracker.get_balance  # type: ignore[attr-defined]
+    start = time.perf_counter()
+    for c in calls:
+        if c.kind == "grant":
+            grant(c.amount, c.timestamp, c.expiry)
+        elif c.kind == "consume":
+            consume(c.amount, c.timestamp)
+        else:
+            balance(c.timestamp)
+    return time.perf_counter() - start
+
+
+def run_bare_heapq(calls: list[Call]) -> float:
+    heap: list[tuple[int, int, int]] = []
+    push, pop = heapq.heappush, heapq.heappop
+    seq = 0
+    start = time.perf_counter()
+    for c in calls:
+        if c.kind == "grant":
+            seq += 1
+            push(heap, (c.expiry, seq, c.amount))
+        elif c.kind == "consume":
+            if heap:
+                pop(heap)
+        elif heap:
+            _ = heap[0]
+    return time.perf_counter() - start
+
+
+def best_of(runs: int, fn: Callable[[], float]) -> float:
+    return min(fn() for _ in range(runs))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    args = parser.parse_args()
+    calls_n, live_n, naive_live, naive_calls, runs = 200_000, 100_000, 10_000, 20_000, 3
+    if args.quick:
+        calls_n, live_n, naive_live, naive_calls, runs = 20_000, 10_000, 1_000, 4_000, 1
+
+    big = make_calls(calls_n, live_n)
+    small = make_calls(naive_calls, naive_live)
+
+    core_big = best_of(runs, lambda: run_tracker(GPUCreditTracker, big))
+    bare_big = best_of(runs, lambda: run_bare_heapq(big))
+    core_small = best_of(runs, lambda: run_tracker(GPUCreditTracker, small))
+    naive_small = best_of(1, lambda: run_tracker(NaiveTracker, small))
+
+    def line(name: str, n: int, seconds: float) -> str:
+        return f"{name:<44} {n:>8} calls {seconds:8.3f} s {n / seconds:>12,.0f} ops/s"
+
+    print(line(f"core, {live_n} live batches", len(big), core_big))
+    print(line(f"bare heapq loop, {live_n} live", len(big), bare_big))
+    print(line(f"core, {naive_live} live batches", len(small), core_small))
+    print(line(f"naive list scan, {naive_live} live batches", len(small), naive_small))
+    print(
+        f"speed-up over naive scan at {naive_live} live batches: "
+        f"{naive_small / core_small:,.1f}x (target >= 50x)"
+    )
+    print(
+        f"cost relative to bare heapq loop at {live_n} live batches: "
+        f"{core_big / bare_big:.2f}x (target <= 4x)"
+    )
+
+
+if __name__ == "__main__":
+    main()
