@@ -25,6 +25,9 @@ import heapq
 from dataclasses import dataclass
 from typing import Final
 
+_heappush = heapq.heappush  # module globals: one lookup fewer on the hot path
+_heappop = heapq.heappop
+
 # 2^53-1: the largest integer every JSON client (JavaScript included) represents exactly.
 MAX_VALUE: Final = 2**53 - 1
 
@@ -312,7 +315,7 @@ class GPUCreditTracker:
         if settled:
             self._debt = debt - settled
         if retained:
-            heapq.heappush(heap, [expiry, grant_seq, retained])
+            _heappush(heap, [expiry, grant_seq, retained])
             self._available += retained
         assert self._debt == 0 or self._available == 0, "debt and credits coexist"
         return grant_seq, settled, popped
@@ -343,7 +346,7 @@ class GPUCreditTracker:
         while to_take:
             batch = heap[0]
             if batch[2] <= to_take:
-                heapq.heappop(heap)
+                _heappop(heap)
                 to_take -= batch[2]
                 if draws is not None:
                     draws.append(Draw(batch[1], batch[0], batch[2]))
@@ -374,7 +377,7 @@ class GPUCreditTracker:
         heap = self._heap
         popped: list[list[int]] = []
         while heap and heap[0][0] <= timestamp:
-            batch = heapq.heappop(heap)
+            batch = _heappop(heap)
             self._available -= batch[2]
             popped.append(batch)
         return popped
@@ -382,5 +385,5 @@ class GPUCreditTracker:
     def _unpop(self, popped: _Popped) -> None:
         """Undo ``_pop_expired`` for a call that is being rejected."""
         for batch in popped:
-            heapq.heappush(self._heap, batch)
+            _heappush(self._heap, batch)
             self._available += batch[2]
