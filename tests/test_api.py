@@ -937,12 +937,6 @@ async def test_wrong_method_is_405_problem(
             "DELETE",
             "/v1/accounts/a/grants",
             {"GET", "POST"},
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="BUG: 405 on /v1/accounts/{id}/grants says 'Allow: POST'; GET is also "
-                "allowed there (listGrants). Starlette answers from the first route that "
-                "matches the path only.",
-            ),
         ),
         ("GET", "/v1/accounts/a/consumptions", {"POST"}),
         ("POST", "/v1/accounts/a/balance", {"GET"}),
@@ -1458,3 +1452,23 @@ async def test_live_grants_in_consumption_order(client: httpx.AsyncClient) -> No
 async def test_healthz(client: httpx.AsyncClient) -> None:
     r = await client.get("/healthz")
     assert ok(r) == {"status": "ok"}
+
+
+@pytest.mark.parametrize(
+    ("query", "name"),
+    [
+        ("timestmap=5", "timestmap"),
+        ("timestamp=3&timestamp=4", "timestamp"),
+        ("timestamp=3&extra=1", "extra"),
+    ],
+)
+async def test_unknown_or_repeated_query_parameters_are_422_and_change_nothing(
+    client: httpx.AsyncClient, query: str, name: str
+) -> None:
+    assert (await grant(client, 10, 1, 50)).status_code == 201
+    before = await snapshot(client)
+    problem = assert_problem(await client.get(f"{url(ACCOUNT, 'balance')}?{query}"), 422)
+    assert ["query", name] in error_locs(problem)
+    assert await snapshot(client) == before
+    # The clock did not move: a grant at t=1 is still accepted.
+    assert (await grant(client, 1, 1, 50)).status_code == 201

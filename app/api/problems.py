@@ -6,13 +6,16 @@ error, unknown route and wrong method is answered with an RFC 9457 problem docum
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute
 
 from app.api.schemas import Problem
 from app.domain import InvalidInput, LedgerError, TimestampRegression, TotalOverflow
@@ -125,6 +128,10 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     if exc.status_code == 404:
         return problem_response(NOT_FOUND, f"no route for {request.url.path}", headers)
     if exc.status_code == 405:
+        # Starlette's Allow names only the first route matching the path; a path can be
+        # served by several (GET and POST .../grants), and RFC 9110 wants them all.
+        allowed = _allowed_methods(request)
+        headers = {**(headers or {}), "Allow": ", ".join(allowed)} if allowed else headers
         return problem_response(
             METHOD_NOT_ALLOWED,
             f"{request.method} is not allowed on {request.url.path}",
@@ -134,12 +141,25 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(kind, str(exc.detail), headers)
 
 
+def _allowed_methods(request: Request) -> list[str]:
+    methods: set[str] = set()
+    for pattern, route_methods in request.app.state.route_methods:
+        if pattern.match(request.url.path):
+            methods |= route_methods
+    return sorted(methods)
+
+
 def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error", exc_info=exc)
     return problem_response(INTERNAL, "the server could not complete the request")
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
+    """Map every error to a problem document; ``routes`` are the API's own, whose methods a
+    405 lists in ``Allow``."""
+    app.state.route_methods = [
+        (r.path_regex, set(r.methods)) for r in routes if isinstance(r, APIRoute) and r.methods
+    ]
     app.add_exception_handler(LedgerError, _ledger_error)
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

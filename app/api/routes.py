@@ -7,6 +7,7 @@ import dataclasses
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
@@ -29,7 +30,27 @@ from app.domain import MAX_VALUE
 from app.ledger import Idempotency, Ledger, Replay, ServiceUnavailable, fingerprint
 from app.storage.base import Entry
 
-router = APIRouter()
+
+def reject_unknown_query(request: Request) -> None:
+    """Unknown or repeated query parameters are 422, like unknown body members: a typo such
+    as ``?timestmap=5`` must not silently answer at another time."""
+    route = request.scope.get("route")
+    declared = {p.alias for p in route.dependant.query_params} if route is not None else set()
+    issues = []
+    seen: set[str] = set()
+    for name, _ in request.query_params.multi_items():
+        if name not in declared:
+            issues.append(("query", name, "Unknown query parameter", "extra_forbidden"))
+        elif name in seen:
+            issues.append(("query", name, "Query parameter given more than once", "repeated"))
+        seen.add(name)
+    if issues:
+        raise RequestValidationError(
+            [{"loc": (where, name), "msg": msg, "type": kind} for where, name, msg, kind in issues]
+        )
+
+
+router = APIRouter(dependencies=[Depends(reject_unknown_query)])
 
 IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e][\x20-\x7e]{0,254}$"
 
