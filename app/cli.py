@@ -1,35 +1,64 @@
-"""``gpu-credits serve``: start the service on uvicorn (uvloop event loop, httptools parser)."""
+"""The ``gpu-credits`` command.
+
+- ``gpu-credits serve [--host H] [--port P] [--insecure-no-auth]``: run the service on uvicorn
+  (uvloop event loop, httptools parser).
+- ``gpu-credits keys create --name N --scope S [--scope S] [--account-prefix P]``: make an API
+  key, print it once, store only its hash. ``keys list`` and ``keys revoke KEY_ID`` manage them.
+
+Secure by default: with no API key configured, ``serve`` refuses to listen on anything but
+loopback unless ``--insecure-no-auth`` (or GPU_CREDITS_ALLOW_UNAUTHENTICATED=true) says so.
+"""
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import sys
 from collections.abc import Sequence
 
 import uvicorn
 
+from app.keys import Scope, create_key, load_records, revoke_key
 from app.main import create_app
 from app.settings import Settings
 
+log = logging.getLogger("app.cli")
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpu-credits", description="GPU credit ledger service")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the HTTP service")
-    serve.add_argument(
-        "--host", help="address to listen on (default: GPU_CREDITS_HOST or 127.0.0.1)"
-    )
-    serve.add_argument("--port", type=int, help="TCP port (default: GPU_CREDITS_PORT or 8000)")
-    args = parser.parse_args(argv)
 
-    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    settings = Settings(**overrides)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _serve(args: argparse.Namespace) -> int:
+    overrides: dict[str, object] = {
+        k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None
+    }
+    if args.insecure_no_auth:
+        overrides["allow_unauthenticated"] = True
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    _configure_logging(settings)
+    has_keys = len(load_records(settings.keys_path)) > 0
+    if not has_keys and not is_loopback(settings.host):
+        if not settings.allow_unauthenticated:
+            print(
+                f"refusing to listen on {settings.host}: no API keys are configured "
+                f"({settings.keys_path}), so anyone who can reach the service could grant "
+                "credits. Create a key with `gpu-credits keys create`, listen on 127.0.0.1, "
+                "or pass --insecure-no-auth to run without authentication.",
+                file=sys.stderr,
+            )
+            return 2
+        log.warning(
+            "!!! INSECURE: serving on %s WITHOUT AUTHENTICATION (--insecure-no-auth). "
+            "Anyone who can reach this address can grant and consume credits. !!!",
+            settings.host,
+        )
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -42,6 +71,82 @@ def main(argv: Sequence[str] | None = None) -> int:
         timeout_graceful_shutdown=10,
     )
     return 0
+
+
+def _keys(args: argparse.Namespace) -> int:
+    settings = Settings()
+    path = settings.keys_path
+    if args.keys_command == "create":
+        scopes = tuple(dict.fromkeys(Scope(s) for s in args.scope))
+        key, record = create_key(path, args.name, scopes, args.account_prefix)
+        print(key)
+        print(
+            f"created key {record.key_id} ({record.name}) with scopes "
+            f"{', '.join(s.value for s in record.scopes)}"
+            + (
+                f" for accounts starting with {record.account_prefix!r}"
+                if record.account_prefix
+                else ""
+            )
+            + f"; stored its hash in {path}. The key is shown only this once.",
+            file=sys.stderr,
+        )
+        return 0
+    if args.keys_command == "list":
+        for r in load_records(path):
+            names = ",".join(s.value for s in r.scopes)
+            print(f"{r.key_id}\t{r.name}\t{names}\t{r.account_prefix or '*'}")
+        return 0
+    if revoke_key(path, args.key_id):
+        print(f"revoked {args.key_id}", file=sys.stderr)
+        return 0
+    print(f"no key {args.key_id} in {path}", file=sys.stderr)
+    return 1
+
+
+def _configure_logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpu-credits", description="GPU credit ledger service")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the HTTP service")
+    serve.add_argument("--host", help="address to listen on (default GPU_CREDITS_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="TCP port (default GPU_CREDITS_PORT, 8000)")
+    serve.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="allow a non-loopback address with no API keys configured (warns loudly)",
+    )
+
+    keys = commands.add_parser("keys", help="manage API keys")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True)
+    create = key_commands.add_parser("create", help="create a key; it is printed only once")
+    create.add_argument("--name", required=True, help="who or what uses the key")
+    create.add_argument(
+        "--scope",
+        action="append",
+        required=True,
+        choices=[s.value for s in Scope],
+        help="repeat for several scopes",
+    )
+    create.add_argument(
+        "--account-prefix", default="", help="only account ids starting with this (default: all)"
+    )
+    key_commands.add_parser("list", help="list keys (ids, names, scopes; never secrets)")
+    revoke = key_commands.add_parser("revoke", help="revoke a key by its id")
+    revoke.add_argument("key_id")
+
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    return _keys(args)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from app.api import problems
+from app.api.auth import Authenticator
 from app.api.openapi import build_openapi
 from app.api.routes import router
 from app.ledger import Ledger
@@ -28,6 +29,7 @@ Every error is an RFC 9457 problem document (`application/problem+json`).
 """
 log = logging.getLogger("app")
 IDEMPOTENCY_PRUNE_INTERVAL_S = 3600.0
+KEY_RELOAD_INTERVAL_S = 2.0
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -40,13 +42,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await ledger.start()
         app.state.ledger = ledger
         log.info("ledger ready: storage=%s accounts=%d", store.name, ledger.account_count)
-        pruner = asyncio.create_task(_prune_forever(ledger))
+        authenticator = Authenticator(settings.keys_path)
+        app.state.authenticator = authenticator
+        if not authenticator.enabled:
+            log.warning(
+                "no API keys in %s: authentication is OFF; anyone who can reach this "
+                "service can grant credits",
+                settings.keys_path,
+            )
+        tasks = [
+            asyncio.create_task(_prune_forever(ledger)),
+            asyncio.create_task(_reload_keys_forever(authenticator)),
+        ]
         try:
             yield
         finally:
-            pruner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pruner
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await store.close()
 
     app = FastAPI(
@@ -60,13 +75,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ],
     )
     app.include_router(router)
-    problems.install(app)
+    problems.install(app, router.routes)
 
     def openapi() -> dict[str, Any]:
         return build_openapi(app)
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+async def _reload_keys_forever(authenticator: Authenticator) -> None:
+    while True:
+        await asyncio.sleep(KEY_RELOAD_INTERVAL_S)
+        try:
+            authenticator.reload_if_changed()
+        except Exception:  # keep the keys in force; say so loudly
+            log.exception("API key file unreadable; keeping the previous keys")
 
 
 async def _prune_forever(ledger: Ledger) -> None:

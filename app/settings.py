@@ -26,8 +26,19 @@ class Settings(BaseSettings):
     idempotency_ttl_hours: float = Field(
         24.0, gt=0, le=24 * 365, description="How long Idempotency-Key records are kept."
     )
+    api_keys_file: Path | None = Field(
+        None, description="JSON file of API key hashes (default: <data_dir>/api-keys.json)."
+    )
+    allow_unauthenticated: bool = Field(
+        False,
+        description="Serve without API keys on a non-loopback address (warns loudly).",
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = Field(False, description="Log every request (off: it costs throughput).")
+
+    @property
+    def keys_path(self) -> Path:
+        return self.api_keys_file or self.data_dir / "api-keys.json"
 
     @property
     def sqlite_path(self) -> Path:

@@ -17,6 +17,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute
 
+from app.api.auth import AuthError, Unauthenticated
 from app.api.schemas import Problem
 from app.domain import InvalidInput, LedgerError, TimestampRegression, TotalOverflow
 from app.ledger import (
@@ -57,6 +58,8 @@ TOTAL_OVERFLOW = ProblemType("total-overflow", "A total would exceed 2^53-1", 42
 IDEMPOTENCY_KEY_REUSED = ProblemType(
     "idempotency-key-reused", "Idempotency-Key reused with a different request", 422
 )
+UNAUTHENTICATED = ProblemType("unauthenticated", "Missing or invalid API key", 401)
+FORBIDDEN = ProblemType("forbidden", "The API key may not do this", 403)
 UNAVAILABLE = ProblemType("unavailable", "Service unavailable", 503)
 INTERNAL = ProblemType("internal-error", "Internal server error", 500)
 
@@ -103,6 +106,14 @@ def _service_error(request: Request, exc: Exception) -> JSONResponse:
         return problem_response(UNAVAILABLE, str(exc), headers={"Retry-After": "5"})
     log.error("unmapped service error", exc_info=exc)
     return problem_response(INTERNAL, "the server could not complete the request")
+
+
+def _auth_error(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, Unauthenticated):
+        return problem_response(
+            UNAUTHENTICATED, str(exc), headers={"WWW-Authenticate": 'Bearer realm="gpu-credits"'}
+        )
+    return problem_response(FORBIDDEN, str(exc))
 
 
 def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -162,6 +173,7 @@ def install(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     ]
     app.add_exception_handler(LedgerError, _ledger_error)
     app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(AuthError, _auth_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)
@@ -170,6 +182,8 @@ def install(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
 # What each status means in the OpenAPI file; every route documents the ones it can return.
 STATUS_DESCRIPTIONS: dict[int, str] = {
     400: "Malformed JSON body.",
+    401: "Missing or unknown API key (only when keys are configured).",
+    403: "The API key lacks the scope, or may not touch this account.",
     404: "Unknown account (reads create nothing) or grant.",
     409: "Timestamp earlier than the account's latest; `account_timestamp` says which.",
     422: "Input outside the domain, unknown field, a total past 2^53-1, or a reused "

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from app.api.auth import require
 from app.api.problems import documented
 from app.api.schemas import (
     LEDGER_PAGE_MAX,
@@ -27,6 +28,7 @@ from app.api.schemas import (
     QueryInt,
 )
 from app.domain import MAX_VALUE
+from app.keys import Scope
 from app.ledger import Idempotency, Ledger, Replay, ServiceUnavailable, fingerprint
 from app.storage.base import Entry
 
@@ -50,7 +52,7 @@ def reject_unknown_query(request: Request) -> None:
         )
 
 
-router = APIRouter(dependencies=[Depends(reject_unknown_query)])
+router = APIRouter()
 
 IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e][\x20-\x7e]{0,254}$"
 
@@ -138,6 +140,7 @@ def _grant_location(account_id: str, grant_id: int) -> str:
 @router.post(
     "/v1/accounts/{account_id}/grants",
     operation_id="grantCredits",
+    dependencies=[Depends(require(Scope.GRANT)), Depends(reject_unknown_query)],
     summary="Grant credits that expire",
     status_code=201,
     response_model=GrantResponse,
@@ -151,7 +154,7 @@ def _grant_location(account_id: str, grant_id: int) -> str:
                 **REPLAYED_HEADER,
             }
         },
-        **documented(400, 409, 422, 503),
+        **documented(400, 401, 403, 409, 422, 503),
     },
     tags=["credits"],
 )
@@ -180,10 +183,11 @@ async def grant_credits(
 @router.post(
     "/v1/accounts/{account_id}/consumptions",
     operation_id="consumeCredits",
+    dependencies=[Depends(require(Scope.CONSUME)), Depends(reject_unknown_query)],
     summary="Consume credits, earliest expiry first",
     status_code=200,
     response_model=ConsumeResponse,
-    responses={200: {"headers": REPLAYED_HEADER}, **documented(400, 409, 422, 503)},
+    responses={200: {"headers": REPLAYED_HEADER}, **documented(400, 401, 403, 409, 422, 503)},
     tags=["credits"],
 )
 async def consume_credits(
@@ -208,9 +212,10 @@ async def consume_credits(
 @router.get(
     "/v1/accounts/{account_id}/balance",
     operation_id="getBalance",
+    dependencies=[Depends(require(Scope.READ)), Depends(reject_unknown_query)],
     summary="Balance at a time",
     response_model=BalanceResponse,
-    responses=documented(404, 409, 422, 503),
+    responses=documented(401, 403, 404, 409, 422, 503),
     tags=["credits"],
 )
 async def get_balance(
@@ -236,9 +241,10 @@ async def get_balance(
 @router.get(
     "/v1/accounts/{account_id}/grants",
     operation_id="listGrants",
+    dependencies=[Depends(require(Scope.READ)), Depends(reject_unknown_query)],
     summary="Live grants, in the order they will be consumed",
     response_model=LiveGrantsResponse,
-    responses=documented(404, 422, 503),
+    responses=documented(401, 403, 404, 422, 503),
     tags=["credits"],
 )
 async def list_grants(account_id: AccountId, ledger: LedgerDep) -> Any:
@@ -251,9 +257,10 @@ async def list_grants(account_id: AccountId, ledger: LedgerDep) -> Any:
 @router.get(
     "/v1/accounts/{account_id}/grants/{grant_id}",
     operation_id="getGrant",
+    dependencies=[Depends(require(Scope.READ)), Depends(reject_unknown_query)],
     summary="One grant",
     response_model=GrantDetailResponse,
-    responses=documented(404, 422, 503),
+    responses=documented(401, 403, 404, 422, 503),
     tags=["credits"],
 )
 async def get_grant(
@@ -279,9 +286,10 @@ def _entry_body(entry: Entry) -> dict[str, Any]:
 @router.get(
     "/v1/accounts/{account_id}/ledger",
     operation_id="listLedgerEntries",
+    dependencies=[Depends(require(Scope.READ)), Depends(reject_unknown_query)],
     summary="Ledger history, cursor-paginated",
     response_model=LedgerPage,
-    responses=documented(404, 422, 503),
+    responses=documented(401, 403, 404, 422, 503),
     tags=["credits"],
 )
 async def list_ledger_entries(
@@ -311,6 +319,7 @@ async def list_ledger_entries(
 @router.get(
     "/healthz",
     operation_id="getHealth",
+    dependencies=[Depends(reject_unknown_query)],
     summary="Liveness and readiness",
     response_model=Health,
     responses=documented(503),

@@ -1,0 +1,152 @@
+"""API keys: bearer tokens with scopes and an optional account-id prefix.
+
+A key looks like ``gck_<key_id>_<secret>``. Only ``sha256(secret)`` is stored, in a JSON file
+(``GPU_CREDITS_API_KEYS_FILE``) that ``gpu-credits keys create`` appends to; the key itself is
+printed once and never kept. The secret carries 256 random bits, so a fast hash is enough (a
+slow password hash protects low-entropy secrets, which these are not). ``key_id`` is public:
+it finds the record; the secret is then compared in constant time (``hmac.compare_digest``).
+
+The file is small and read whole; the service re-reads it when its modification time changes,
+so creating or revoking a key takes effect without a restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Final
+
+KEY_PREFIX: Final = "gck_"
+KEY_ID_HEX_CHARS: Final = 12
+MAX_KEYS: Final = 10_000  # the file is read whole; keep it small
+MAX_KEY_CHARS: Final = 128
+
+
+class Scope(StrEnum):
+    GRANT = "credits:grant"
+    CONSUME = "credits:consume"
+    READ = "credits:read"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    key_id: str
+    name: str
+    secret_sha256: str
+    scopes: tuple[Scope, ...]
+    account_prefix: str  # "" allows every account
+    created_at_s: float
+
+    def allows_account(self, account_id: str) -> bool:
+        return account_id.startswith(self.account_prefix)
+
+
+class KeyFileError(ValueError):
+    pass
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def new_key(
+    name: str, scopes: tuple[Scope, ...], account_prefix: str, now_s: float
+) -> tuple[str, KeyRecord]:
+    """A fresh key and the record to store for it. The key is returned once, never stored."""
+    key_id = secrets.token_hex(KEY_ID_HEX_CHARS // 2)
+    secret = secrets.token_urlsafe(32)
+    record = KeyRecord(key_id, name, _digest(secret), scopes, account_prefix, now_s)
+    return f"{KEY_PREFIX}{key_id}_{secret}", record
+
+
+class KeyRing:
+    """The keys the service accepts, looked up by key id."""
+
+    def __init__(self, records: list[KeyRecord]) -> None:
+        self._by_id = {r.key_id: r for r in records}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def authenticate(self, token: str) -> KeyRecord | None:
+        """The record of a valid key, or None. Constant time in the secret."""
+        if len(token) > MAX_KEY_CHARS or not token.startswith(KEY_PREFIX):
+            return None
+        key_id, sep, secret = token[len(KEY_PREFIX) :].partition("_")
+        if not sep:
+            return None
+        record = self._by_id.get(key_id)
+        # Compare against a dummy digest when the id is unknown, so timing does not tell
+        # whether a key id exists.
+        expected = record.secret_sha256 if record is not None else "0" * 64
+        ok = hmac.compare_digest(_digest(secret), expected)
+        return record if ok and record is not None else None
+
+
+def load_records(path: Path) -> list[KeyRecord]:
+    if not path.exists():
+        return []
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        items = raw["keys"]
+        if not isinstance(items, list) or len(items) > MAX_KEYS:
+            raise KeyFileError(f"{path}: 'keys' must be a list of at most {MAX_KEYS}")
+        return [
+            KeyRecord(
+                key_id=str(item["key_id"]),
+                name=str(item["name"]),
+                secret_sha256=str(item["secret_sha256"]),
+                scopes=tuple(Scope(s) for s in item["scopes"]),
+                account_prefix=str(item["account_prefix"]),
+                created_at_s=float(item["created_at_s"]),
+            )
+            for item in items
+        ]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise KeyFileError(f"{path}: unreadable API key file: {exc}") from exc
+
+
+def save_records(path: Path, records: list[KeyRecord]) -> None:
+    """Write atomically (temp file + rename), readable by the owner only: the hashes are not
+    secrets, but the file's contents are nobody else's business."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = json.dumps({"keys": [asdict(r) for r in records]}, indent=2) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".api-keys.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def create_key(
+    path: Path, name: str, scopes: tuple[Scope, ...], account_prefix: str
+) -> tuple[str, KeyRecord]:
+    records = load_records(path)
+    if len(records) >= MAX_KEYS:
+        raise KeyFileError(f"{path}: already holds {MAX_KEYS} keys; revoke some first")
+    key, record = new_key(name, scopes, account_prefix, time.time())
+    save_records(path, [*records, record])
+    return key, record
+
+
+def revoke_key(path: Path, key_id: str) -> bool:
+    records = load_records(path)
+    kept = [r for r in records if r.key_id != key_id]
+    if len(kept) == len(records):
+        return False
+    save_records(path, kept)
+    return True
