@@ -69,6 +69,8 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=settings.log_level,
         server_header=False,
         timeout_graceful_shutdown=10,
+        limit_concurrency=settings.limit_concurrency,
+        timeout_keep_alive=settings.timeout_keep_alive_s,
     )
     return 0
 

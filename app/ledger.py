@@ -68,6 +68,22 @@ class IdempotencyKeyReused(ServiceError):
         )
 
 
+class AccountLimit(ServiceError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the ledger already holds {limit} accounts, the most it may hold "
+            "(GPU_CREDITS_MAX_ACCOUNTS)"
+        )
+
+
+class IdempotencyKeysFull(ServiceError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"{limit} Idempotency-Keys are held within the retention period, the most the "
+            "service keeps (GPU_CREDITS_MAX_IDEMPOTENCY_KEYS); retry later or without a key"
+        )
+
+
 class ServiceUnavailable(ServiceError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -178,16 +194,32 @@ class _PendingKey:
     durable: asyncio.Future[None]
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on what the ledger holds in memory; each refusal is a clear problem document."""
+
+    max_accounts: int = 1_000_000
+    max_live_grants_per_account: int = 10_000
+    max_idempotency_keys: int = 1_000_000
+    idempotency_ttl_s: float = 24 * 3600.0
+
+    def __post_init__(self) -> None:
+        assert self.max_accounts >= 1
+        assert self.max_live_grants_per_account >= 1
+        assert self.max_idempotency_keys >= 1
+        assert self.idempotency_ttl_s > 0
+
+
 class Ledger:
     def __init__(
         self,
         store: Store,
-        idempotency_ttl_s: float,
+        limits: Limits | None = None,
         wall_clock_s: Callable[[], float] = time.time,
     ) -> None:
-        assert idempotency_ttl_s > 0
         self._store = store
-        self._idempotency_ttl_s = idempotency_ttl_s
+        self._limits = limits = limits or Limits()
+        self._idempotency_ttl_s = limits.idempotency_ttl_s
         self._wall_clock_s = wall_clock_s
         self._accounts: dict[str, _Account] = {}
         self._keys: dict[tuple[str, str], _PendingKey] = {}
@@ -198,9 +230,11 @@ class Ledger:
     async def start(self) -> None:
         loaded = await self._store.open(self._wall_clock_s() - self._idempotency_ttl_s)
         for account_id, account in loaded.accounts.items():
-            self._accounts[account_id] = _Account(
-                GPUCreditTracker.from_state(account.tracker_state), account.next_entry_seq
+            tracker = GPUCreditTracker.from_state(
+                account.tracker_state,
+                max_live_batches=self._limits.max_live_grants_per_account,
             )
+            self._accounts[account_id] = _Account(tracker, account.next_entry_seq)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         for record in loaded.idempotency:
@@ -324,7 +358,10 @@ class Ledger:
         self._check_serving()
         account = self._accounts.get(account_id)
         if account is None:
-            account = _Account(GPUCreditTracker(), next_entry_seq=1)
+            if len(self._accounts) >= self._limits.max_accounts:
+                raise AccountLimit(self._limits.max_accounts)
+            tracker = GPUCreditTracker(max_live_batches=self._limits.max_live_grants_per_account)
+            account = _Account(tracker, next_entry_seq=1)
             self._accounts[account_id] = account
         account.writers += 1
         try:
@@ -333,6 +370,8 @@ class Ledger:
                 if pending is not None:
                     fut = pending.durable
                 else:
+                    if idempotency is not None:
+                        self._make_room_for_a_key()
                     change, receipt = apply(account)
                     fut = self._submit(account_id, account, change, receipt, idempotency)
         finally:
@@ -489,6 +528,15 @@ class Ledger:
                 change.upserted_batches.append(first)
             else:
                 change.removed_grant_seqs.append(draw.grant_seq)
+
+    def _make_room_for_a_key(self) -> None:
+        if len(self._keys) < self._limits.max_idempotency_keys:
+            return
+        cutoff_s = self._wall_clock_s() - self._idempotency_ttl_s
+        for k in [k for k, p in self._keys.items() if p.record.created_at_s < cutoff_s]:
+            del self._keys[k]
+        if len(self._keys) >= self._limits.max_idempotency_keys:
+            raise IdempotencyKeysFull(self._limits.max_idempotency_keys)
 
     def _find_replay(self, account_id: str, idempotency: Idempotency | None) -> _PendingKey | None:
         if idempotency is None:

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from app.api import problems
 from app.api.auth import Authenticator
+from app.api.limits import RequestLimits
 from app.api.openapi import build_openapi
 from app.api.routes import router
 from app.ledger import Ledger
@@ -37,8 +38,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = open_store(settings)
-        ledger = Ledger(store, idempotency_ttl_s=settings.idempotency_ttl_hours * 3600)
+        store = open_store(settings.storage, settings.sqlite_path)
+        ledger = Ledger(store, settings.limits())
         await ledger.start()
         app.state.ledger = ledger
         log.info("ledger ready: storage=%s accounts=%d", store.name, ledger.account_count)
@@ -75,6 +76,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ],
     )
     app.include_router(router)
+    app.add_middleware(
+        RequestLimits,
+        max_body_bytes=settings.max_body_bytes,
+        max_url_bytes=settings.max_url_bytes,
+        max_header_bytes=settings.max_header_bytes,
+        body_timeout_s=settings.body_timeout_s,
+    )
     problems.install(app, router.routes)
 
     def openapi() -> dict[str, Any]:

@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.ledger import Limits
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPU_CREDITS_", extra="forbid")
@@ -33,8 +35,40 @@ class Settings(BaseSettings):
         False,
         description="Serve without API keys on a non-loopback address (warns loudly).",
     )
+    # -- limits: every one bounds memory, time or blast radius; see README "Limits" --------
+    max_accounts: int = Field(1_000_000, ge=1, le=10**8, description="Accounts held.")
+    max_live_grants_per_account: int = Field(
+        10_000, ge=1, le=1_000_000, description="Live (unexpired, unused) grants per account."
+    )
+    max_idempotency_keys: int = Field(
+        1_000_000, ge=1, le=10**8, description="Idempotency-Keys held within their retention."
+    )
+    max_body_bytes: int = Field(
+        64 * 1024, ge=1024, le=64 * 1024 * 1024, description="Largest request body (413)."
+    )
+    max_url_bytes: int = Field(8 * 1024, ge=256, le=64 * 1024, description="Longest URL (414).")
+    max_header_bytes: int = Field(
+        16 * 1024, ge=1024, le=256 * 1024, description="Largest request header block (431)."
+    )
+    body_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="Time allowed to send a request body (408)."
+    )
+    limit_concurrency: int = Field(
+        2048, ge=1, le=100_000, description="Connections and requests in flight before 503."
+    )
+    timeout_keep_alive_s: int = Field(
+        5, ge=1, le=3600, description="Idle keep-alive connections are closed after this."
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = Field(False, description="Log every request (off: it costs throughput).")
+
+    def limits(self) -> Limits:
+        return Limits(
+            max_accounts=self.max_accounts,
+            max_live_grants_per_account=self.max_live_grants_per_account,
+            max_idempotency_keys=self.max_idempotency_keys,
+            idempotency_ttl_s=self.idempotency_ttl_hours * 3600.0,
+        )
 
     @property
     def keys_path(self) -> Path:

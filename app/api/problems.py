@@ -19,11 +19,20 @@ from starlette.routing import BaseRoute
 
 from app.api.auth import AuthError, Unauthenticated
 from app.api.schemas import Problem
-from app.domain import InvalidInput, LedgerError, TimestampRegression, TotalOverflow
+from app.api.strict_json import UnsupportedMediaType
+from app.domain import (
+    InvalidInput,
+    LedgerError,
+    LiveBatchLimit,
+    TimestampRegression,
+    TotalOverflow,
+)
 from app.ledger import (
+    AccountLimit,
     AccountNotFound,
     GrantNotFound,
     IdempotencyKeyReused,
+    IdempotencyKeysFull,
     ServiceError,
     ServiceUnavailable,
 )
@@ -48,6 +57,7 @@ MALFORMED_JSON = ProblemType("malformed-json", "Request body is not valid JSON",
 NOT_FOUND = ProblemType("not-found", "Not found", 404)
 ACCOUNT_NOT_FOUND = ProblemType("account-not-found", "Account not found", 404)
 GRANT_NOT_FOUND = ProblemType("grant-not-found", "Grant not found", 404)
+UNSUPPORTED_MEDIA_TYPE = ProblemType("unsupported-media-type", "Body must be JSON", 415)
 METHOD_NOT_ALLOWED = ProblemType("method-not-allowed", "Method not allowed", 405)
 TIMESTAMP_REGRESSION = ProblemType(
     "timestamp-regression", "Timestamp earlier than the account's latest", 409
@@ -60,6 +70,9 @@ IDEMPOTENCY_KEY_REUSED = ProblemType(
 )
 UNAUTHENTICATED = ProblemType("unauthenticated", "Missing or invalid API key", 401)
 FORBIDDEN = ProblemType("forbidden", "The API key may not do this", 403)
+LIVE_GRANT_LIMIT = ProblemType("live-grant-limit", "Too many live grants on the account", 409)
+ACCOUNT_LIMIT = ProblemType("account-limit", "Too many accounts", 409)
+IDEMPOTENCY_KEYS_FULL = ProblemType("idempotency-keys-full", "Too many Idempotency-Keys", 503)
 UNAVAILABLE = ProblemType("unavailable", "Service unavailable", 503)
 INTERNAL = ProblemType("internal-error", "Internal server error", 500)
 
@@ -89,6 +102,8 @@ def _ledger_error(request: Request, exc: Exception) -> JSONResponse:
         )
     if isinstance(exc, TotalOverflow):
         return problem_response(TOTAL_OVERFLOW, str(exc))
+    if isinstance(exc, LiveBatchLimit):
+        return problem_response(LIVE_GRANT_LIMIT, str(exc), limit=exc.limit)
     if isinstance(exc, InvalidInput):
         issue = {"loc": ["body", exc.field], "message": exc.message, "type": "invalid_input"}
         return problem_response(INVALID_INPUT, str(exc), errors=[issue])
@@ -102,6 +117,10 @@ def _service_error(request: Request, exc: Exception) -> JSONResponse:
         return problem_response(GRANT_NOT_FOUND, str(exc))
     if isinstance(exc, IdempotencyKeyReused):
         return problem_response(IDEMPOTENCY_KEY_REUSED, str(exc))
+    if isinstance(exc, AccountLimit):
+        return problem_response(ACCOUNT_LIMIT, str(exc))
+    if isinstance(exc, IdempotencyKeysFull):
+        return problem_response(IDEMPOTENCY_KEYS_FULL, str(exc), headers={"Retry-After": "60"})
     if isinstance(exc, ServiceUnavailable):
         return problem_response(UNAVAILABLE, str(exc), headers={"Retry-After": "5"})
     log.error("unmapped service error", exc_info=exc)
@@ -116,11 +135,20 @@ def _auth_error(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(FORBIDDEN, str(exc))
 
 
+def _media_type_error(request: Request, exc: Exception) -> JSONResponse:
+    return problem_response(
+        UNSUPPORTED_MEDIA_TYPE, str(exc), headers={"Accept": "application/json"}
+    )
+
+
 def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
-    if any(e.get("type") == "json_invalid" for e in errors):
-        return problem_response(MALFORMED_JSON, "the request body could not be parsed as JSON")
+    for e in errors:
+        if e.get("type") == "json_invalid":
+            reason = str((e.get("ctx") or {}).get("error", "")).strip()
+            detail = "the request body could not be parsed as JSON"
+            return problem_response(MALFORMED_JSON, f"{detail}: {reason}" if reason else detail)
     issues = [
         {
             "loc": [p if isinstance(p, int) else str(p) for p in e.get("loc", ())],
@@ -174,6 +202,7 @@ def install(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     app.add_exception_handler(LedgerError, _ledger_error)
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(AuthError, _auth_error)
+    app.add_exception_handler(UnsupportedMediaType, _media_type_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected)
@@ -181,14 +210,18 @@ def install(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
 
 # What each status means in the OpenAPI file; every route documents the ones it can return.
 STATUS_DESCRIPTIONS: dict[int, str] = {
-    400: "Malformed JSON body.",
+    400: "Malformed JSON body: not UTF-8, not JSON, duplicate member names, NaN, or nested "
+    "too deeply.",
+    413: "Request body larger than the limit (GPU_CREDITS_MAX_BODY_BYTES).",
+    415: "The body is not `application/json`.",
     401: "Missing or unknown API key (only when keys are configured).",
     403: "The API key lacks the scope, or may not touch this account.",
     404: "Unknown account (reads create nothing) or grant.",
-    409: "Timestamp earlier than the account's latest; `account_timestamp` says which.",
+    409: "Timestamp earlier than the account's latest (`account_timestamp` says which), or "
+    "a limit reached: live grants per account, accounts.",
     422: "Input outside the domain, unknown field, a total past 2^53-1, or a reused "
     "Idempotency-Key with a different body.",
-    503: "Storage failed; the service must be restarted.",
+    503: "Storage failed (the service must be restarted), or too many Idempotency-Keys held.",
 }
 
 

@@ -27,6 +27,7 @@ from app.api.schemas import (
     LiveGrantsResponse,
     QueryInt,
 )
+from app.api.strict_json import StrictJsonRoute
 from app.domain import MAX_VALUE
 from app.keys import Scope
 from app.ledger import Idempotency, Ledger, Replay, ServiceUnavailable, fingerprint
@@ -52,7 +53,7 @@ def reject_unknown_query(request: Request) -> None:
         )
 
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJsonRoute)
 
 IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e][\x20-\x7e]{0,254}$"
 
@@ -154,7 +155,7 @@ def _grant_location(account_id: str, grant_id: int) -> str:
                 **REPLAYED_HEADER,
             }
         },
-        **documented(400, 401, 403, 409, 422, 503),
+        **documented(400, 401, 403, 409, 413, 415, 422, 503),
     },
     tags=["credits"],
 )
@@ -187,7 +188,10 @@ async def grant_credits(
     summary="Consume credits, earliest expiry first",
     status_code=200,
     response_model=ConsumeResponse,
-    responses={200: {"headers": REPLAYED_HEADER}, **documented(400, 401, 403, 409, 422, 503)},
+    responses={
+        200: {"headers": REPLAYED_HEADER},
+        **documented(400, 401, 403, 409, 413, 415, 422, 503),
+    },
     tags=["credits"],
 )
 async def consume_credits(

@@ -1,6 +1,7 @@
 """The pure core of the ledger: standard library only, time passed in, no I/O."""
 
 from app.domain.tracker import (
+    DEFAULT_MAX_LIVE_BATCHES,
     MAX_VALUE,
     BalanceResult,
     Batch,
@@ -11,12 +12,14 @@ from app.domain.tracker import (
     GrantResult,
     InvalidInput,
     LedgerError,
+    LiveBatchLimit,
     TimestampRegression,
     TotalOverflow,
     TrackerState,
 )
 
 __all__ = [
+    "DEFAULT_MAX_LIVE_BATCHES",
     "MAX_VALUE",
     "BalanceResult",
     "Batch",
@@ -27,6 +30,7 @@ __all__ = [
     "GrantResult",
     "InvalidInput",
     "LedgerError",
+    "LiveBatchLimit",
     "TimestampRegression",
     "TotalOverflow",
     "TrackerState",

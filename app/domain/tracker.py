@@ -30,6 +30,8 @@ _heappop = heapq.heappop
 
 # 2^53-1: the largest integer every JSON client (JavaScript included) represents exactly.
 MAX_VALUE: Final = 2**53 - 1
+# Live batches per tracker unless the caller sets another limit: bounds memory per account.
+DEFAULT_MAX_LIVE_BATCHES: Final = 1_000_000
 
 
 class LedgerError(ValueError):
@@ -55,6 +57,17 @@ class TimestampRegression(LedgerError):
         )
         self.timestamp = timestamp
         self.account_timestamp = account_timestamp
+
+
+class LiveBatchLimit(LedgerError):
+    """A grant that would keep more live batches than the tracker's limit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the account already holds {limit} live grants, the most it may hold; "
+            "consume or let some expire first"
+        )
+        self.limit = limit
 
 
 class TotalOverflow(LedgerError):
@@ -163,9 +176,11 @@ def _check_int(field: str, value: object, low: int, high: int) -> int:
 class GPUCreditTracker:
     """One account's credits. See the module docstring for the design."""
 
-    __slots__ = ("_available", "_clock", "_debt", "_heap", "_next_grant_seq")
+    __slots__ = ("_available", "_clock", "_debt", "_heap", "_max_live_batches", "_next_grant_seq")
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_live_batches: int = DEFAULT_MAX_LIVE_BATCHES) -> None:
+        assert max_live_batches >= 1
+        self._max_live_batches = max_live_batches
         self._heap: list[list[int]] = []  # [expiry, grant_seq, remaining]
         self._available = 0  # sum of remaining over _heap
         self._debt = 0
@@ -250,9 +265,13 @@ class GPUCreditTracker:
         return TrackerState(self._clock, self._debt, self._next_grant_seq, tuple(self.batches()))
 
     @classmethod
-    def from_state(cls, state: TrackerState) -> GPUCreditTracker:
-        """Rebuild a tracker from ``state``, refusing any state the rules could not produce."""
-        tracker = cls()
+    def from_state(
+        cls, state: TrackerState, *, max_live_batches: int = DEFAULT_MAX_LIVE_BATCHES
+    ) -> GPUCreditTracker:
+        """Rebuild a tracker from ``state``, refusing any state the rules could not produce.
+        A state holding more batches than ``max_live_batches`` (a limit lowered since) is
+        kept whole; only new batches are refused until it is back under the limit."""
+        tracker = cls(max_live_batches=max_live_batches)
         _check_int("clock", state.clock, 0, MAX_VALUE)
         _check_int("debt", state.debt, 0, MAX_VALUE)
         _check_int("next_grant_seq", state.next_grant_seq, 1, MAX_VALUE)
@@ -308,6 +327,9 @@ class GPUCreditTracker:
         if self._available + retained > MAX_VALUE:
             self._unpop(popped)
             raise TotalOverflow("available credits", self._available + retained)
+        if retained and len(heap) >= self._max_live_batches:
+            self._unpop(popped)
+            raise LiveBatchLimit(self._max_live_batches)
 
         grant_seq = self._next_grant_seq
         self._next_grant_seq = grant_seq + 1

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from app.settings import Settings
+from pathlib import Path
+
 from app.storage.base import Store
 
 
-def open_store(settings: Settings) -> Store:
-    """The backend the settings name. Imports are local so a backend's driver is only
-    loaded when it is used."""
-    if settings.storage == "memory":
+def open_store(kind: str, sqlite_path: Path) -> Store:
+    """The backend named ``kind``. Imports are local so a backend's driver is only loaded
+    when it is used."""
+    if kind == "memory":
         from app.storage.memory import MemoryStore
 
         return MemoryStore()
-    from app.storage.sqlite import SqliteStore
+    if kind == "sqlite":
+        from app.storage.sqlite import SqliteStore
 
-    return SqliteStore(settings.sqlite_path)
+        return SqliteStore(sqlite_path)
+    raise ValueError(f"unknown storage backend {kind!r}")

@@ -1,0 +1,133 @@
+"""Request limits, as pure ASGI middleware (no BaseHTTPMiddleware: it costs a task and a copy
+per request, and this runs on every one).
+
+- URL longer than ``max_url_bytes``: 414. Header block larger than ``max_header_bytes``: 431.
+- Body: a ``Content-Length`` over the cap is refused (413) before a byte is read; a chunked
+  body is counted as it arrives and refused once it passes the cap, so memory stays bounded.
+  A client that takes longer than ``body_timeout_s`` to send its body gets 408 (slow-loris).
+- The body is read here and handed to the app whole, so nothing downstream can be made to
+  wait on a slow client while holding an account lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.problems import ProblemType, problem_response
+
+URL_TOO_LONG = ProblemType("url-too-long", "URL too long", 414)
+HEADERS_TOO_LARGE = ProblemType("headers-too-large", "Request headers too large", 431)
+BODY_TOO_LARGE = ProblemType("body-too-large", "Request body too large", 413)
+BODY_TIMEOUT = ProblemType("body-timeout", "Request body not received in time", 408)
+BAD_LENGTH = ProblemType("bad-content-length", "Invalid Content-Length", 400)
+
+
+class RequestLimits:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        max_url_bytes: int,
+        max_header_bytes: int,
+        body_timeout_s: float,
+        body_cap_for_path: Callable[[str], int] | None = None,
+    ) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.max_url_bytes = max_url_bytes
+        self.max_header_bytes = max_header_bytes
+        self.body_timeout_s = body_timeout_s
+        self.body_cap_for_path = body_cap_for_path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        url_bytes = len(scope.get("raw_path") or scope["path"].encode()) + len(
+            scope.get("query_string", b"")
+        )
+        if url_bytes > self.max_url_bytes:
+            await self._respond(scope, send, URL_TOO_LONG, f"{self.max_url_bytes} bytes")
+            return
+        header_bytes = 0
+        content_length: bytes | None = None
+        chunked = False
+        for name, value in scope["headers"]:
+            header_bytes += len(name) + len(value) + 4
+            if name == b"content-length":
+                if content_length is not None and content_length != value:
+                    await self._respond(scope, send, BAD_LENGTH, "conflicting values")
+                    return
+                content_length = value
+            elif name == b"transfer-encoding":
+                chunked = True
+        if header_bytes > self.max_header_bytes:
+            limit = f"{self.max_header_bytes} bytes"
+            await self._respond(scope, send, HEADERS_TOO_LARGE, limit)
+            return
+        if content_length is None and not chunked:
+            await self.app(scope, receive, send)  # no body: nothing to bound or wait for
+            return
+
+        cap = self.body_cap_for_path(scope["path"]) if self.body_cap_for_path else 0
+        cap = cap or self.max_body_bytes
+        if content_length is not None:
+            if not content_length.isdigit() or len(content_length) > 18:
+                await self._respond(scope, send, BAD_LENGTH, "not a byte count")
+                return
+            if int(content_length) > cap:
+                await self._respond(scope, send, BODY_TOO_LARGE, f"{cap} bytes")
+                return
+
+        chunks: list[bytes] = []
+        size = 0
+        deadline = time.monotonic() + self.body_timeout_s
+        while True:
+            remaining_s = deadline - time.monotonic()
+            try:
+                if remaining_s <= 0:
+                    raise TimeoutError
+                message = await asyncio.wait_for(receive(), remaining_s)
+            except TimeoutError:
+                limit = f"{self.body_timeout_s:g} s"
+                await self._respond(scope, send, BODY_TIMEOUT, limit)
+                return
+            if message["type"] == "http.disconnect":
+                return  # the client is gone; there is nobody to answer
+            body = message.get("body", b"")
+            size += len(body)
+            if size > cap:
+                await self._respond(scope, send, BODY_TOO_LARGE, f"{cap} bytes")
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+
+        whole = b"".join(chunks)
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": whole, "more_body": False}
+            return await receive()  # after the body: wait for the disconnect, as ASGI does
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _respond(scope: Scope, send: Send, kind: ProblemType, limit: str) -> None:
+        # An unread body may be left on the connection: close it rather than parse the rest
+        # as the next request.
+        headers = {"Connection": "close"}
+        response = problem_response(kind, f"{kind.title} (limit: {limit})", headers)
+
+        async def no_body() -> Message:
+            return {"type": "http.disconnect"}
+
+        await response(scope, no_body, send)
