@@ -20,11 +20,10 @@ Why it is shaped this way:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -33,6 +32,7 @@ from app.domain import (
     ConsumeResult,
     Expiration,
     GPUCreditTracker,
+    LedgerError,
 )
 from app.storage.base import (
     AccountRow,
@@ -154,12 +154,50 @@ class GrantView:
     remaining: int  # 0 once consumed, expired, or swallowed by debt
 
 
+MAX_BATCH_OPERATIONS = 10_000
+BATCH_SCOPE = ""  # idempotency scope of batches: no account id is empty
+
+
+@dataclass(frozen=True, slots=True)
+class GrantOp:
+    account_id: str
+    amount: int
+    timestamp: int
+    expiry: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeOp:
+    account_id: str
+    amount: int
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class BalanceOp:
+    account_id: str
+    timestamp: int | None
+
+
+Operation = GrantOp | ConsumeOp | BalanceOp
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    """One result per operation, in order: a receipt or view, or the error it raised. For an
+    atomic batch that failed: just the error, at ``failed_index``, and nothing applied."""
+
+    results: list[GrantReceipt | ConsumptionReceipt | BalanceView | Exception]
+    failed_index: int | None
+    body: bytes = b""  # the response body, as ``render`` made it
+
+
 @dataclass(frozen=True, slots=True)
 class Replay:
-    """A stored response for a retried request: send it again, change nothing."""
+    """A stored response for a retried request: send it again, byte for byte."""
 
     status_code: int
-    body: JsonObject
+    body: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +205,7 @@ class Idempotency:
     key: str
     fingerprint: str
     status_code: int  # the status the first response is sent with
+    render: Callable[[Any], bytes]  # the first response's body, from the receipt
 
 
 _R = TypeVar("_R", GrantReceipt, ConsumptionReceipt)
@@ -268,37 +307,7 @@ class Ledger:
         idempotency: Idempotency | None = None,
     ) -> GrantReceipt | Replay:
         def apply(account: _Account) -> tuple[Change, GrantReceipt]:
-            tracker = account.tracker
-            before = (tracker.available, tracker.debt)
-            result = tracker.apply_grant(amount, timestamp, expiry)
-            entries = self._expiration_entries(account, result.expired, *before)
-            seq = self._next_seq(account)
-            details = {
-                "grant_id": result.grant_seq,
-                "amount": amount,
-                "expiry": expiry,
-                "settled_debt": result.settled_debt,
-                "retained": result.retained,
-            }
-            entries.append(Entry(seq, "grant", timestamp, result.available, result.debt, details))
-            change = self._change(account_id, account, entries)
-            change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
-            if result.retained:
-                change.upserted_batches.append(Batch(result.grant_seq, expiry, result.retained))
-            receipt = GrantReceipt(
-                account_id=account_id,
-                grant_id=result.grant_seq,
-                sequence=seq,
-                timestamp=timestamp,
-                amount=amount,
-                expiry=expiry,
-                balance=result.available - result.debt,
-                available=result.available,
-                debt=result.debt,
-                settled_debt=result.settled_debt,
-                retained=result.retained,
-            )
-            return change, receipt
+            return self._apply_grant(account_id, account, amount, timestamp, expiry)
 
         return await self._write(account_id, idempotency, apply)
 
@@ -310,37 +319,7 @@ class Ledger:
         idempotency: Idempotency | None = None,
     ) -> ConsumptionReceipt | Replay:
         def apply(account: _Account) -> tuple[Change, ConsumptionReceipt]:
-            tracker = account.tracker
-            before = (tracker.available, tracker.debt)
-            result = tracker.apply_consume(amount, timestamp)
-            entries = self._expiration_entries(account, result.expired, *before)
-            seq = self._next_seq(account)
-            allocation = [Allocation(d.grant_seq, d.expiry, d.amount) for d in result.draws]
-            details = {
-                "amount": amount,
-                "consumed": result.consumed,
-                "debt_added": result.debt_added,
-                "allocation": [dataclasses.asdict(a) for a in allocation],
-            }
-            entries.append(
-                Entry(seq, "consumption", timestamp, result.available, result.debt, details)
-            )
-            change = self._change(account_id, account, entries)
-            change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
-            self._record_draws(change, tracker, result)
-            receipt = ConsumptionReceipt(
-                account_id=account_id,
-                sequence=seq,
-                timestamp=timestamp,
-                amount=amount,
-                balance=result.available - result.debt,
-                available=result.available,
-                debt=result.debt,
-                consumed=result.consumed,
-                debt_added=result.debt_added,
-                allocation=allocation,
-            )
-            return change, receipt
+            return self._apply_consume(account_id, account, amount, timestamp)
 
         return await self._write(account_id, idempotency, apply)
 
@@ -356,13 +335,7 @@ class Ledger:
         rejected, the new account is dropped again, so a failed request leaves no trace.
         """
         self._check_serving()
-        account = self._accounts.get(account_id)
-        if account is None:
-            if len(self._accounts) >= self._limits.max_accounts:
-                raise AccountLimit(self._limits.max_accounts)
-            tracker = GPUCreditTracker(max_live_batches=self._limits.max_live_grants_per_account)
-            account = _Account(tracker, next_entry_seq=1)
-            self._accounts[account_id] = account
+        account = self._account_for_write(account_id)
         account.writers += 1
         try:
             async with account.lock:
@@ -373,12 +346,15 @@ class Ledger:
                     if idempotency is not None:
                         self._make_room_for_a_key()
                     change, receipt = apply(account)
-                    fut = self._submit(account_id, account, change, receipt, idempotency)
+                    if idempotency is not None:
+                        change.idempotency = self._key_record(
+                            account_id, idempotency, idempotency.render(receipt)
+                        )
+                    fut = self._store.submit([change])
+                    account.durable = fut
+                    self._remember_key(change.idempotency, fut)
         finally:
-            account.writers -= 1
-            if account.next_entry_seq == 1 and account.writers == 0:
-                # Created for this request, which failed, and nobody else is waiting on it.
-                del self._accounts[account_id]
+            self._release_writer(account_id, account)
         await self._await_durable(fut)
         if pending is not None:
             return Replay(pending.record.status_code, pending.record.body)
@@ -392,23 +368,216 @@ class Ledger:
         if account is None:
             raise AccountNotFound(account_id)
         async with account.lock:
-            tracker = account.tracker
-            clock_before = tracker.clock
-            if timestamp is None or timestamp == clock_before:
-                # Nothing can change: batches with expiry <= clock were evicted already.
-                view = self._view(account_id, tracker)
-                fut = account.durable
-            else:
-                before = (tracker.available, tracker.debt)
-                result = tracker.apply_balance(timestamp)  # raises on a regression
-                view = self._view(account_id, tracker)
-                # The clock moved: that is a change, durable before the answer.
-                entries = self._expiration_entries(account, result.expired, *before)
-                change = self._change(account_id, account, entries)
-                change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
-                fut = self._submit(account_id, account, change, None, None)
+            change, view = self._apply_balance(account_id, account, timestamp)
+            if change is not None:
+                account.durable = self._store.submit([change])
+            fut = account.durable
         await self._await_durable(fut)
         return view
+
+    async def batch(
+        self,
+        operations: Sequence[Operation],
+        atomic: bool,
+        idempotency: Idempotency | None,
+        render: Callable[[BatchOutcome], bytes],
+    ) -> BatchOutcome | Replay:
+        """Apply ``operations`` in order; all changes are durable in one commit.
+
+        Not atomic: each operation succeeds or fails on its own, as it would alone. Atomic:
+        on the first failure every account is put back as it was and nothing is written
+        (TigerBeetle's linked events). The accounts involved are locked for the whole batch
+        (in sorted order, so two batches cannot deadlock), so each account still sees one
+        operation at a time. ``idempotency`` is scoped to batches, not to an account.
+        """
+        self._check_serving()
+        assert len(operations) <= MAX_BATCH_OPERATIONS
+        account_ids = sorted({op.account_id for op in operations})
+        accounts: dict[str, _Account] = {}
+        refused: set[str] = set()  # new accounts past max_accounts: their writes fail
+        for account_id in account_ids:
+            account = self._accounts.get(account_id)
+            if account is None:
+                if len(self._accounts) >= self._limits.max_accounts:
+                    refused.add(account_id)
+                    continue
+                account = self._new_account(account_id)
+            account.writers += 1
+            accounts[account_id] = account
+        try:
+            for account_id in sorted(accounts):
+                await accounts[account_id].lock.acquire()
+            try:
+                pending = self._find_replay(BATCH_SCOPE, idempotency)
+                if pending is not None:
+                    fut: asyncio.Future[None] | None = pending.durable
+                    waits: list[asyncio.Future[None]] = []
+                else:
+                    if idempotency is not None:
+                        self._make_room_for_a_key()
+                    outcome, changes, waits = self._apply_batch(
+                        operations, atomic, accounts, refused
+                    )
+                    outcome.body = render(outcome)  # what a retry with the key replays
+                    fut = None
+                    if changes:
+                        if idempotency is not None and outcome.failed_index is None:
+                            changes[-1].idempotency = self._key_record(
+                                BATCH_SCOPE, idempotency, outcome.body
+                            )
+                        fut = self._store.submit(changes)
+                        for change in changes:
+                            accounts[change.account.account_id].durable = fut
+                        self._remember_key(changes[-1].idempotency, fut)
+            finally:
+                for account in accounts.values():
+                    if account.lock.locked():
+                        account.lock.release()
+        finally:
+            for account_id, account in accounts.items():
+                self._release_writer(account_id, account)
+        for earlier in waits:
+            await self._await_durable(earlier)
+        await self._await_durable(fut)
+        if pending is not None:
+            return Replay(pending.record.status_code, pending.record.body)
+        return outcome
+
+    def _apply_batch(
+        self,
+        operations: Sequence[Operation],
+        atomic: bool,
+        accounts: dict[str, _Account],
+        refused: set[str],
+    ) -> tuple[BatchOutcome, list[Change], list[asyncio.Future[None]]]:
+        saved: dict[str, tuple[GPUCreditTracker, int]] = {}
+        results: list[GrantReceipt | ConsumptionReceipt | BalanceView | Exception] = []
+        changes: list[Change] = []
+        for index, op in enumerate(operations):
+            account_id = op.account_id
+            try:
+                if account_id in refused:
+                    raise AccountLimit(self._limits.max_accounts)
+                account = accounts[account_id]
+                if atomic and account_id not in saved:
+                    saved[account_id] = (account.tracker.copy(), account.next_entry_seq)
+                if isinstance(op, GrantOp):
+                    change, result = self._apply_grant(
+                        account_id, account, op.amount, op.timestamp, op.expiry
+                    )
+                    changes.append(change)
+                    results.append(result)
+                elif isinstance(op, ConsumeOp):
+                    change, consumed = self._apply_consume(
+                        account_id, account, op.amount, op.timestamp
+                    )
+                    changes.append(change)
+                    results.append(consumed)
+                else:
+                    if account.next_entry_seq == 1:
+                        raise AccountNotFound(account_id)
+                    maybe_change, view = self._apply_balance(account_id, account, op.timestamp)
+                    if maybe_change is not None:
+                        changes.append(maybe_change)
+                    results.append(view)
+            except (LedgerError, ServiceError) as exc:
+                if atomic:
+                    for saved_id, (tracker, next_entry_seq) in saved.items():
+                        accounts[saved_id].tracker = tracker
+                        accounts[saved_id].next_entry_seq = next_entry_seq
+                    return BatchOutcome(results=[exc], failed_index=index), [], []
+                results.append(exc)
+        # Reads in the batch must not answer before earlier changes of their accounts.
+        waits = [a.durable for a in accounts.values() if a.durable is not None]
+        return BatchOutcome(results=results, failed_index=None), changes, waits
+
+    # -- the operations, shared by the single endpoints and batches ----------------------
+
+    def _apply_grant(
+        self, account_id: str, account: _Account, amount: int, timestamp: int, expiry: int
+    ) -> tuple[Change, GrantReceipt]:
+        tracker = account.tracker
+        before = (tracker.available, tracker.debt)
+        result = tracker.apply_grant(amount, timestamp, expiry)
+        entries = self._expiration_entries(account, result.expired, *before)
+        seq = self._next_seq(account)
+        details = {
+            "grant_id": result.grant_seq,
+            "amount": amount,
+            "expiry": expiry,
+            "settled_debt": result.settled_debt,
+            "retained": result.retained,
+        }
+        entries.append(Entry(seq, "grant", timestamp, result.available, result.debt, details))
+        change = self._change(account_id, account, entries)
+        change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
+        if result.retained:
+            change.upserted_batches.append(Batch(result.grant_seq, expiry, result.retained))
+        receipt = GrantReceipt(
+            account_id=account_id,
+            grant_id=result.grant_seq,
+            sequence=seq,
+            timestamp=timestamp,
+            amount=amount,
+            expiry=expiry,
+            balance=result.available - result.debt,
+            available=result.available,
+            debt=result.debt,
+            settled_debt=result.settled_debt,
+            retained=result.retained,
+        )
+        return change, receipt
+
+    def _apply_consume(
+        self, account_id: str, account: _Account, amount: int, timestamp: int
+    ) -> tuple[Change, ConsumptionReceipt]:
+        tracker = account.tracker
+        before = (tracker.available, tracker.debt)
+        result = tracker.apply_consume(amount, timestamp)
+        entries = self._expiration_entries(account, result.expired, *before)
+        seq = self._next_seq(account)
+        allocation = [Allocation(d.grant_seq, d.expiry, d.amount) for d in result.draws]
+        details = {
+            "amount": amount,
+            "consumed": result.consumed,
+            "debt_added": result.debt_added,
+            "allocation": [
+                {"grant_id": d.grant_seq, "expiry": d.expiry, "amount": d.amount}
+                for d in result.draws
+            ],
+        }
+        entries.append(Entry(seq, "consumption", timestamp, result.available, result.debt, details))
+        change = self._change(account_id, account, entries)
+        change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
+        self._record_draws(change, tracker, result)
+        receipt = ConsumptionReceipt(
+            account_id=account_id,
+            sequence=seq,
+            timestamp=timestamp,
+            amount=amount,
+            balance=result.available - result.debt,
+            available=result.available,
+            debt=result.debt,
+            consumed=result.consumed,
+            debt_added=result.debt_added,
+            allocation=allocation,
+        )
+        return change, receipt
+
+    def _apply_balance(
+        self, account_id: str, account: _Account, timestamp: int | None
+    ) -> tuple[Change | None, BalanceView]:
+        """The view at ``timestamp``; a Change when the clock moved (that must be durable)."""
+        tracker = account.tracker
+        if timestamp is None or timestamp == tracker.clock:
+            # Nothing can change: batches with expiry <= clock were evicted already.
+            return None, self._view(account_id, tracker)
+        before = (tracker.available, tracker.debt)
+        result = tracker.apply_balance(timestamp)  # raises on a regression
+        entries = self._expiration_entries(account, result.expired, *before)
+        change = self._change(account_id, account, entries)
+        change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
+        return change, self._view(account_id, tracker)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -546,30 +715,40 @@ class Ledger:
             raise IdempotencyKeyReused(idempotency.key)
         return pending
 
-    def _submit(
-        self,
-        account_id: str,
-        account: _Account,
-        change: Change,
-        receipt: Any,
-        idempotency: Idempotency | None,
-    ) -> asyncio.Future[None]:
-        if idempotency is not None:
-            change.idempotency = IdempotencyRecord(
-                account_id=account_id,
-                key=idempotency.key,
-                fingerprint=idempotency.fingerprint,
-                status_code=idempotency.status_code,
-                body=_jsonable(receipt),
-                created_at_s=self._wall_clock_s(),
-            )
-        fut = self._store.submit([change])
-        if change.idempotency is not None:
-            self._keys[(account_id, idempotency.key)] = _PendingKey(  # type: ignore[union-attr]
-                change.idempotency, fut
-            )
-        account.durable = fut
-        return fut
+    def _account_for_write(self, account_id: str) -> _Account:
+        account = self._accounts.get(account_id)
+        if account is None:
+            if len(self._accounts) >= self._limits.max_accounts:
+                raise AccountLimit(self._limits.max_accounts)
+            account = self._new_account(account_id)
+        return account
+
+    def _new_account(self, account_id: str) -> _Account:
+        tracker = GPUCreditTracker(max_live_batches=self._limits.max_live_grants_per_account)
+        account = _Account(tracker, next_entry_seq=1)
+        self._accounts[account_id] = account
+        return account
+
+    def _release_writer(self, account_id: str, account: _Account) -> None:
+        account.writers -= 1
+        if account.next_entry_seq == 1 and account.writers == 0:
+            # Created for a request that failed, and nobody else is waiting on it.
+            del self._accounts[account_id]
+
+    def _key_record(self, scope: str, idempotency: Idempotency, body: bytes) -> IdempotencyRecord:
+        return IdempotencyRecord(
+            account_id=scope,
+            key=idempotency.key,
+            fingerprint=idempotency.fingerprint,
+            status_code=idempotency.status_code,
+            body=body,
+            created_at_s=self._wall_clock_s(),
+        )
+
+    def _remember_key(self, record: IdempotencyRecord | None, fut: asyncio.Future[None]) -> None:
+        """From now on a retry with this key waits for ``fut`` and replays the answer."""
+        if record is not None:
+            self._keys[(record.account_id, record.key)] = _PendingKey(record, fut)
 
     async def _await_durable(self, fut: asyncio.Future[None] | None) -> None:
         if fut is None:
@@ -580,9 +759,3 @@ class Ledger:
         except StorageError as exc:
             self._failure = f"storage failed, restart required: {exc}"
             raise ServiceUnavailable(self._failure) from exc
-
-
-def _jsonable(receipt: Any) -> JsonObject:
-    body = dataclasses.asdict(receipt)
-    assert isinstance(body, dict)
-    return body

@@ -16,7 +16,7 @@ from app.api import problems
 from app.api.auth import Authenticator
 from app.api.limits import RequestLimits
 from app.api.openapi import build_openapi
-from app.api.routes import router
+from app.api.routes import BATCH_PATH, router
 from app.ledger import Ledger
 from app.settings import Settings
 from app.storage import open_store
@@ -76,12 +76,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ],
     )
     app.include_router(router)
+    batch_cap = settings.max_batch_body_bytes
     app.add_middleware(
         RequestLimits,
         max_body_bytes=settings.max_body_bytes,
         max_url_bytes=settings.max_url_bytes,
         max_header_bytes=settings.max_header_bytes,
         body_timeout_s=settings.body_timeout_s,
+        body_cap_for_path=lambda path: batch_cap if path == BATCH_PATH else 0,
     )
     problems.install(app, router.routes)
 

@@ -46,6 +46,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         64 * 1024, ge=1024, le=64 * 1024 * 1024, description="Largest request body (413)."
     )
+    max_batch_body_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=1024,
+        le=256 * 1024 * 1024,
+        description="Largest POST /v1/batch body (413); 10,000 operations take about 1 MiB.",
+    )
     max_url_bytes: int = Field(8 * 1024, ge=256, le=64 * 1024, description="Longest URL (414).")
     max_header_bytes: int = Field(
         16 * 1024, ge=1024, le=256 * 1024, description="Largest request header block (431)."

@@ -29,8 +29,9 @@ OPERATION_IDS = {
     "getGrant",
     "listLedgerEntries",
     "getHealth",
+    "applyBatch",
 }
-WITH_409 = {"grantCredits", "consumeCredits", "getBalance"}
+WITH_409 = {"grantCredits", "consumeCredits", "getBalance", "applyBatch"}
 
 
 @pytest.fixture
@@ -107,6 +108,7 @@ def test_operations_are_at_their_paths(served: dict[str, Any]) -> None:
         "getGrant": ("get", "/v1/accounts/{account_id}/grants/{grant_id}"),
         "listLedgerEntries": ("get", "/v1/accounts/{account_id}/ledger"),
         "getHealth": ("get", "/healthz"),
+        "applyBatch": ("post", "/v1/batch"),
     }
 
 
@@ -142,7 +144,7 @@ def test_success_responses_are_json_with_a_schema(served: dict[str, Any]) -> Non
 
 def test_request_bodies_have_examples(served: dict[str, Any]) -> None:
     with_body = {op["operationId"]: op for _, _, op in operations(served) if "requestBody" in op}
-    assert set(with_body) == {"grantCredits", "consumeCredits"}
+    assert set(with_body) == {"grantCredits", "consumeCredits", "applyBatch"}
     for operation_id, op in with_body.items():
         assert op["requestBody"]["required"] is True, operation_id
         media = op["requestBody"]["content"]["application/json"]
@@ -191,6 +193,7 @@ def test_other_documented_errors(served: dict[str, Any]) -> None:
             "listGrants",
             "getGrant",
             "listLedgerEntries",
+            "applyBatch",  # an atomic batch aborted by a read of an unknown account
         }
         assert ("404" in statuses) == reads_account, operation_id
         assert "503" in statuses, operation_id

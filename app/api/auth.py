@@ -79,29 +79,47 @@ def _authenticator(request: Request) -> Authenticator:
     return auth
 
 
+async def authenticated(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> KeyRecord | None:
+    """A dependency: the caller's key (401 without a valid one), or None when auth is off."""
+    auth = _authenticator(request)
+    if not auth.enabled:
+        return None
+    if credentials is None:
+        raise Unauthenticated("an API key is required: Authorization: Bearer <key>")
+    record = auth.ring.authenticate(credentials.credentials)
+    if record is None:
+        raise Unauthenticated("the API key is not valid")
+    return record
+
+
+def authorize(record: KeyRecord | None, scope: Scope, account_id: str, where: str = "") -> None:
+    """403 unless ``record`` holds ``scope`` and may touch ``account_id`` (None: auth off)."""
+    if record is None:
+        return
+    if scope not in record.scopes:
+        raise Forbidden(f"{where}the API key lacks the scope {scope.value}")
+    if not record.allows_account(account_id):
+        raise Forbidden(
+            f"{where}the API key may only touch accounts starting with {record.account_prefix!r}"
+        )
+
+
 def require(scope: Scope) -> Callable[..., Awaitable[KeyRecord | None]]:
-    """A dependency that lets the call through only with a key holding ``scope`` (and, for
-    account routes, allowed on the account). Returns the key, or None when auth is off."""
+    """A dependency that lets the call through only with a key holding ``scope`` and, for
+    account routes, allowed on the account. Returns the key, or None when auth is off."""
 
     async def check(
-        request: Request,
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+        request: Request, record: Annotated[KeyRecord | None, Depends(authenticated)]
     ) -> KeyRecord | None:
-        auth = _authenticator(request)
-        if not auth.enabled:
-            return None
-        if credentials is None:
-            raise Unauthenticated("an API key is required: Authorization: Bearer <key>")
-        record = auth.ring.authenticate(credentials.credentials)
-        if record is None:
-            raise Unauthenticated("the API key is not valid")
-        if scope not in record.scopes:
-            raise Forbidden(f"the API key lacks the scope {scope.value}")
         account_id = request.path_params.get("account_id")
-        if isinstance(account_id, str) and not record.allows_account(account_id):
-            raise Forbidden(
-                f"the API key may only touch accounts starting with {record.account_prefix!r}"
-            )
+        if record is not None:
+            if isinstance(account_id, str):
+                authorize(record, scope, account_id)
+            elif scope not in record.scopes:
+                raise Forbidden(f"the API key lacks the scope {scope.value}")
         return record
 
     return check

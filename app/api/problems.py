@@ -95,36 +95,58 @@ def problem_response(
     )
 
 
-def _ledger_error(request: Request, exc: Exception) -> JSONResponse:
+@dataclass(frozen=True, slots=True)
+class Described:
+    kind: ProblemType
+    detail: str
+    extra: dict[str, Any]
+    headers: dict[str, str] | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The problem document as a dict (what a batch result carries)."""
+        return {
+            "type": self.kind.uri,
+            "title": self.kind.title,
+            "status": self.kind.status,
+            "detail": self.detail,
+            **self.extra,
+        }
+
+
+def describe(exc: Exception) -> Described:
+    """The problem a domain or service error stands for: the one mapping, used by the
+    exception handlers and by batch results alike."""
+    detail = str(exc)
     if isinstance(exc, TimestampRegression):
-        return problem_response(
-            TIMESTAMP_REGRESSION, str(exc), account_timestamp=exc.account_timestamp
-        )
+        return Described(TIMESTAMP_REGRESSION, detail, {"account_timestamp": exc.account_timestamp})
     if isinstance(exc, TotalOverflow):
-        return problem_response(TOTAL_OVERFLOW, str(exc))
+        return Described(TOTAL_OVERFLOW, detail, {})
     if isinstance(exc, LiveBatchLimit):
-        return problem_response(LIVE_GRANT_LIMIT, str(exc), limit=exc.limit)
+        return Described(LIVE_GRANT_LIMIT, detail, {"limit": exc.limit})
     if isinstance(exc, InvalidInput):
         issue = {"loc": ["body", exc.field], "message": exc.message, "type": "invalid_input"}
-        return problem_response(INVALID_INPUT, str(exc), errors=[issue])
-    return problem_response(INVALID_INPUT, str(exc))
-
-
-def _service_error(request: Request, exc: Exception) -> JSONResponse:
+        return Described(INVALID_INPUT, detail, {"errors": [issue]})
+    if isinstance(exc, LedgerError):
+        return Described(INVALID_INPUT, detail, {})
     if isinstance(exc, AccountNotFound):
-        return problem_response(ACCOUNT_NOT_FOUND, str(exc))
+        return Described(ACCOUNT_NOT_FOUND, detail, {})
     if isinstance(exc, GrantNotFound):
-        return problem_response(GRANT_NOT_FOUND, str(exc))
+        return Described(GRANT_NOT_FOUND, detail, {})
     if isinstance(exc, IdempotencyKeyReused):
-        return problem_response(IDEMPOTENCY_KEY_REUSED, str(exc))
+        return Described(IDEMPOTENCY_KEY_REUSED, detail, {})
     if isinstance(exc, AccountLimit):
-        return problem_response(ACCOUNT_LIMIT, str(exc))
+        return Described(ACCOUNT_LIMIT, detail, {})
     if isinstance(exc, IdempotencyKeysFull):
-        return problem_response(IDEMPOTENCY_KEYS_FULL, str(exc), headers={"Retry-After": "60"})
+        return Described(IDEMPOTENCY_KEYS_FULL, detail, {}, {"Retry-After": "60"})
     if isinstance(exc, ServiceUnavailable):
-        return problem_response(UNAVAILABLE, str(exc), headers={"Retry-After": "5"})
-    log.error("unmapped service error", exc_info=exc)
-    return problem_response(INTERNAL, "the server could not complete the request")
+        return Described(UNAVAILABLE, detail, {}, {"Retry-After": "5"})
+    log.error("unmapped error", exc_info=exc)
+    return Described(INTERNAL, "the server could not complete the request", {})
+
+
+def _domain_error(request: Request, exc: Exception) -> JSONResponse:
+    d = describe(exc)
+    return problem_response(d.kind, d.detail, d.headers, **d.extra)
 
 
 def _auth_error(request: Request, exc: Exception) -> JSONResponse:
@@ -199,8 +221,8 @@ def install(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
     app.state.route_methods = [
         (r.path_regex, set(r.methods)) for r in routes if isinstance(r, APIRoute) and r.methods
     ]
-    app.add_exception_handler(LedgerError, _ledger_error)
-    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(LedgerError, _domain_error)
+    app.add_exception_handler(ServiceError, _domain_error)
     app.add_exception_handler(AuthError, _auth_error)
     app.add_exception_handler(UnsupportedMediaType, _media_type_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

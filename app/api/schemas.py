@@ -15,7 +15,9 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
+    StringConstraints,
     ValidationInfo,
     field_validator,
 )
@@ -68,34 +70,92 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Expiry = Annotated[
+    StrictInt,
+    Field(
+        ge=1,
+        le=MAX_VALUE,
+        description="First time at which the credits are no longer usable (exclusive end).",
+    ),
+]
+
+
+def _expiry_after_timestamp(expiry: int, info: ValidationInfo) -> int:
+    timestamp = info.data.get("timestamp")
+    if isinstance(timestamp, int) and expiry <= timestamp:
+        raise PydanticCustomError(
+            "expiry_not_after_timestamp",
+            "expiry must be greater than timestamp ({timestamp})",
+            {"timestamp": timestamp},
+        )
+    return expiry
+
+
 class GrantRequest(_Request):
     amount: Amount
     timestamp: Timestamp
-    expiry: Annotated[
-        StrictInt,
-        Field(
-            ge=1,
-            le=MAX_VALUE,
-            description="First time at which the credits are no longer usable (exclusive end).",
-        ),
-    ]
+    expiry: Expiry
 
-    @field_validator("expiry")
-    @classmethod
-    def _expiry_after_timestamp(cls, expiry: int, info: ValidationInfo) -> int:
-        timestamp = info.data.get("timestamp")
-        if isinstance(timestamp, int) and expiry <= timestamp:
-            raise PydanticCustomError(
-                "expiry_not_after_timestamp",
-                "expiry must be greater than timestamp ({timestamp})",
-                {"timestamp": timestamp},
-            )
-        return expiry
+    _check_expiry = field_validator("expiry")(_expiry_after_timestamp)
 
 
 class ConsumeRequest(_Request):
     amount: Amount
     timestamp: Timestamp
+
+
+# -- batches ------------------------------------------------------------------------------
+
+BATCH_MAX_OPERATIONS = 10_000
+BatchAccountId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=ACCOUNT_ID_MAX_CHARS, pattern=ACCOUNT_ID_PATTERN),
+]
+
+
+class GrantOperation(_Request):
+    op: Literal["grant"]
+    account_id: BatchAccountId
+    amount: Amount
+    timestamp: Timestamp
+    expiry: Expiry
+
+    _check_expiry = field_validator("expiry")(_expiry_after_timestamp)
+
+
+class ConsumeOperation(_Request):
+    op: Literal["consume"]
+    account_id: BatchAccountId
+    amount: Amount
+    timestamp: Timestamp
+
+
+class BalanceOperation(_Request):
+    op: Literal["balance"]
+    account_id: BatchAccountId
+    timestamp: Timestamp | None = Field(
+        None, description="As the `timestamp` query parameter of getBalance."
+    )
+
+
+BatchOperation = Annotated[
+    GrantOperation | ConsumeOperation | BalanceOperation, Field(discriminator="op")
+]
+
+
+class BatchRequest(_Request):
+    atomic: StrictBool = Field(
+        False,
+        description=(
+            "true: all or nothing; on the first failure nothing is applied and the answer is "
+            "a problem naming the operation. false: each operation succeeds or fails alone."
+        ),
+    )
+    operations: list[BatchOperation] = Field(
+        min_length=1,
+        max_length=BATCH_MAX_OPERATIONS,
+        description="Applied in the order given, 1 to 10,000.",
+    )
 
 
 class _Response(BaseModel):
@@ -200,6 +260,20 @@ class LedgerPage(BaseModel):
     next_after: int | None = Field(
         description="Pass as `after` to get the next page; null when this is the last page."
     )
+
+
+class BatchResult(BaseModel):
+    op: Literal["grant", "consume", "balance"]
+    status: int = Field(description="The status the single endpoint would have answered.")
+    body: GrantResponse | ConsumeResponse | BalanceResponse | Problem = Field(
+        description="The body the single endpoint would have answered."
+    )
+
+
+class BatchResponse(BaseModel):
+    succeeded: int = Field(ge=0)
+    failed: int = Field(ge=0)
+    results: list[BatchResult] = Field(description="One per operation, in order.")
 
 
 class Health(BaseModel):

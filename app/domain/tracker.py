@@ -259,6 +259,16 @@ class GPUCreditTracker:
         """Live batches in the order they will be consumed (earliest expiry, then grant)."""
         return [Batch(grant_seq=b[1], expiry=b[0], remaining=b[2]) for b in sorted(self._heap)]
 
+    def copy(self) -> GPUCreditTracker:
+        """An independent copy (O(n)): what a caller restores to undo a series of calls."""
+        twin = GPUCreditTracker(max_live_batches=self._max_live_batches)
+        twin._heap = [batch[:] for batch in self._heap]  # batches are mutable: copy each
+        twin._available = self._available
+        twin._debt = self._debt
+        twin._clock = self._clock
+        twin._next_grant_seq = self._next_grant_seq
+        return twin
+
     # -- persistence ---------------------------------------------------------------------
 
     def state(self) -> TrackerState:

@@ -43,7 +43,7 @@ class IdempotencyRecord:
     key: str
     fingerprint: str  # hash of the operation and its body: a retry must match it
     status_code: int
-    body: JsonObject
+    body: bytes  # the exact response body, replayed byte for byte
     created_at_s: float  # wall clock, seconds since the epoch: drives retention only
 
 

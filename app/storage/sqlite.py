@@ -80,7 +80,7 @@ CREATE TABLE IF NOT EXISTS idempotency (
     key TEXT NOT NULL,
     fingerprint TEXT NOT NULL,
     status_code INTEGER NOT NULL,
-    body TEXT NOT NULL,
+    body BLOB NOT NULL,
     created_at_s REAL NOT NULL,
     PRIMARY KEY (account_id, key)
 ) WITHOUT ROWID;
@@ -180,7 +180,7 @@ class SqliteStore:
         ):
             account_id, key, fp, status_code, body, created_at_s = row
             state.idempotency.append(
-                IdempotencyRecord(account_id, key, fp, status_code, json.loads(body), created_at_s)
+                IdempotencyRecord(account_id, key, fp, status_code, bytes(body), created_at_s)
             )
         return state
 
@@ -309,7 +309,7 @@ class SqliteStore:
                             r.key,
                             r.fingerprint,
                             r.status_code,
-                            json.dumps(r.body, separators=(",", ":")),
+                            r.body,
                             r.created_at_s,
                         ),
                     )
