@@ -88,7 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app, router.routes)
 
     def openapi() -> dict[str, Any]:
-        return build_openapi(app)
+        return build_openapi(app, router.routes)
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app

@@ -14,22 +14,19 @@ anything but loopback unless it is explicitly started with ``--insecure-no-auth`
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
-
-from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.keys import KeyRecord, KeyRing, Scope, load_records
 
 log = logging.getLogger("app.auth")
 
-bearer = HTTPBearer(
-    auto_error=False,
-    scheme_name="ApiKey",
-    description="An API key from `gpu-credits keys create`: `Authorization: Bearer gck_...`.",
-)
+# The OpenAPI security scheme (declared by app.api.openapi on every non-public operation).
+SECURITY_SCHEME_NAME = "ApiKey"
+SECURITY_SCHEME = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "An API key from `gpu-credits keys create`: `Authorization: Bearer gck_...`.",
+}
 
 
 class AuthError(Exception):
@@ -73,53 +70,31 @@ class Authenticator:
         return True
 
 
-def _authenticator(request: Request) -> Authenticator:
-    auth = request.app.state.authenticator
-    assert isinstance(auth, Authenticator)
-    return auth
-
-
-async def authenticated(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> KeyRecord | None:
-    """A dependency: the caller's key (401 without a valid one), or None when auth is off."""
-    auth = _authenticator(request)
+def authenticate(auth: Authenticator, authorization: str | None) -> KeyRecord | None:
+    """The caller's key from an ``Authorization`` header (401 without a valid one), or None
+    when authentication is off."""
     if not auth.enabled:
         return None
-    if credentials is None:
+    if authorization is None:
         raise Unauthenticated("an API key is required: Authorization: Bearer <key>")
-    record = auth.ring.authenticate(credentials.credentials)
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated("the Authorization header must be: Bearer <key>")
+    record = auth.ring.authenticate(token.strip())
     if record is None:
         raise Unauthenticated("the API key is not valid")
     return record
 
 
-def authorize(record: KeyRecord | None, scope: Scope, account_id: str, where: str = "") -> None:
+def authorize(
+    record: KeyRecord | None, scope: Scope, account_id: str | None, where: str = ""
+) -> None:
     """403 unless ``record`` holds ``scope`` and may touch ``account_id`` (None: auth off)."""
     if record is None:
         return
     if scope not in record.scopes:
         raise Forbidden(f"{where}the API key lacks the scope {scope.value}")
-    if not record.allows_account(account_id):
+    if account_id is not None and not record.allows_account(account_id):
         raise Forbidden(
             f"{where}the API key may only touch accounts starting with {record.account_prefix!r}"
         )
-
-
-def require(scope: Scope) -> Callable[..., Awaitable[KeyRecord | None]]:
-    """A dependency that lets the call through only with a key holding ``scope`` and, for
-    account routes, allowed on the account. Returns the key, or None when auth is off."""
-
-    async def check(
-        request: Request, record: Annotated[KeyRecord | None, Depends(authenticated)]
-    ) -> KeyRecord | None:
-        account_id = request.path_params.get("account_id")
-        if record is not None:
-            if isinstance(account_id, str):
-                authorize(record, scope, account_id)
-            elif scope not in record.scopes:
-                raise Forbidden(f"the API key lacks the scope {scope.value}")
-        return record
-
-    return check

@@ -12,7 +12,6 @@ per request, and this runs on every one).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -86,27 +85,24 @@ class RequestLimits:
 
         chunks: list[bytes] = []
         size = 0
-        deadline = time.monotonic() + self.body_timeout_s
-        while True:
-            remaining_s = deadline - time.monotonic()
-            try:
-                if remaining_s <= 0:
-                    raise TimeoutError
-                message = await asyncio.wait_for(receive(), remaining_s)
-            except TimeoutError:
-                limit = f"{self.body_timeout_s:g} s"
-                await self._respond(scope, send, BODY_TIMEOUT, limit)
-                return
-            if message["type"] == "http.disconnect":
-                return  # the client is gone; there is nobody to answer
-            body = message.get("body", b"")
-            size += len(body)
-            if size > cap:
-                await self._respond(scope, send, BODY_TOO_LARGE, f"{cap} bytes")
-                return
-            chunks.append(body)
-            if not message.get("more_body", False):
-                break
+        try:
+            # One timer for the whole body (asyncio.timeout, not wait_for: no task per chunk).
+            async with asyncio.timeout(self.body_timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return  # the client is gone; there is nobody to answer
+                    body = message.get("body", b"")
+                    size += len(body)
+                    if size > cap:
+                        await self._respond(scope, send, BODY_TOO_LARGE, f"{cap} bytes")
+                        return
+                    chunks.append(body)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            await self._respond(scope, send, BODY_TIMEOUT, f"{self.body_timeout_s:g} s")
+            return
 
         whole = b"".join(chunks)
         delivered = False

@@ -8,17 +8,22 @@ the generated document here keeps routes free of OpenAPI plumbing, and the commi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from starlette.routing import BaseRoute
 
+from app.api.auth import SECURITY_SCHEME, SECURITY_SCHEME_NAME
 from app.api.problems import PROBLEM_MEDIA_TYPE
+from app.api.routing import is_public
 
 _UNUSED_SCHEMAS = ("HTTPValidationError", "ValidationError")
 
 
-def build_openapi(app: FastAPI) -> dict[str, Any]:
+def build_openapi(app: FastAPI, api_routes: Sequence[BaseRoute]) -> dict[str, Any]:
     if app.openapi_schema is not None:
         return app.openapi_schema
     doc = get_openapi(
@@ -34,7 +39,16 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 content = response.get("content")
                 if int(status) >= 400 and content and "application/json" in content:
                     content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")
-    schemas = doc.get("components", {}).get("schemas", {})
+    # Security: every operation but the public ones takes the bearer API key, so generated
+    # clients (AuthenticatedClient) send it.
+    components = doc.setdefault("components", {})
+    components.setdefault("securitySchemes", {})[SECURITY_SCHEME_NAME] = SECURITY_SCHEME
+    for route in api_routes:
+        if isinstance(route, APIRoute) and not is_public(route):
+            for method in route.methods or ():
+                operation = doc["paths"][route.path_format][method.lower()]
+                operation["security"] = [{SECURITY_SCHEME_NAME: []}]
+    schemas = components.get("schemas", {})
     for name in _UNUSED_SCHEMAS:
         schemas.pop(name, None)
     app.openapi_schema = doc

@@ -18,8 +18,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute
 
 from app.api.auth import AuthError, Unauthenticated
+from app.api.routing import UnsupportedMediaType
 from app.api.schemas import Problem
-from app.api.strict_json import UnsupportedMediaType
 from app.domain import (
     InvalidInput,
     LedgerError,

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter
 
-from app.api.auth import authenticated, authorize, require
+from app.api.auth import authorize
 from app.api.problems import ProblemType, describe, documented, problem_response
+from app.api.routing import ANY_SCOPE, LedgerRoute, public, requires
 from app.api.schemas import (
     LEDGER_PAGE_MAX,
     AccountId,
@@ -32,9 +34,8 @@ from app.api.schemas import (
     LiveGrantsResponse,
     QueryInt,
 )
-from app.api.strict_json import StrictJsonRoute
 from app.domain import MAX_VALUE
-from app.keys import KeyRecord, Scope
+from app.keys import Scope
 from app.ledger import (
     BalanceOp,
     BalanceView,
@@ -52,45 +53,49 @@ from app.ledger import (
 )
 from app.storage.base import Entry
 
-
-def reject_unknown_query(request: Request) -> None:
-    """Unknown or repeated query parameters are 422, like unknown body members: a typo such
-    as ``?timestmap=5`` must not silently answer at another time."""
-    route = request.scope.get("route")
-    declared = {p.alias for p in route.dependant.query_params} if route is not None else set()
-    issues = []
-    seen: set[str] = set()
-    for name, _ in request.query_params.multi_items():
-        if name not in declared:
-            issues.append(("query", name, "Unknown query parameter", "extra_forbidden"))
-        elif name in seen:
-            issues.append(("query", name, "Query parameter given more than once", "repeated"))
-        seen.add(name)
-    if issues:
-        raise RequestValidationError(
-            [{"loc": (where, name), "msg": msg, "type": kind} for where, name, msg, kind in issues]
-        )
-
-
-router = APIRouter(route_class=StrictJsonRoute)
+router = APIRouter(route_class=LedgerRoute)
 
 IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e][\x20-\x7e]{0,254}$"
 
-IdempotencyKey = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key",
-        min_length=1,
-        max_length=255,
-        pattern=IDEMPOTENCY_KEY_PATTERN,
-        description=(
-            "Optional, 1 to 255 printable ASCII characters, scoped to the account. A retry with "
-            "the same key and body returns the original response with `Idempotent-Replayed: "
-            "true` and changes nothing; the same key with another body is 422. Keys are kept "
-            "for at least 24 hours (GPU_CREDITS_IDEMPOTENCY_TTL_HOURS)."
-        ),
+_IDEMPOTENCY_KEY_RE = re.compile(IDEMPOTENCY_KEY_PATTERN)
+# Declared in OpenAPI by hand and read by ``idempotency_key``: a FastAPI Header parameter
+# costs a good share of a request in dependency solving (see README, Performance).
+IDEMPOTENCY_KEY_PARAMETER: dict[str, Any] = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": (
+        "Optional, 1 to 255 printable ASCII characters. A retry with the same key and body "
+        "returns the original response with `Idempotent-Replayed: true` and changes nothing; "
+        "the same key with another body is 422. Scoped to the account (to batches on "
+        "/v1/batch). Kept for at least 24 hours (GPU_CREDITS_IDEMPOTENCY_TTL_HOURS)."
     ),
-]
+    "schema": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 255,
+        "pattern": IDEMPOTENCY_KEY_PATTERN,
+    },
+}
+WITH_IDEMPOTENCY_KEY: dict[str, Any] = {"parameters": [IDEMPOTENCY_KEY_PARAMETER]}
+
+
+def idempotency_key(request: Request) -> str | None:
+    values = request.headers.getlist("idempotency-key")
+    if not values:
+        return None
+    if len(values) > 1 or not _IDEMPOTENCY_KEY_RE.fullmatch(values[0]):
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("header", "Idempotency-Key"),
+                    "msg": "must be one value of 1 to 255 printable ASCII characters",
+                    "type": "idempotency_key",
+                }
+            ]
+        )
+    return values[0]
+
 
 REPLAYED_HEADER = {
     "Idempotent-Replayed": {
@@ -133,13 +138,10 @@ CONSUME_EXAMPLES: dict[str, Any] = {
 }
 
 
-def get_ledger(request: Request) -> Ledger:
+def _ledger(request: Request) -> Ledger:
     ledger = request.app.state.ledger
     assert isinstance(ledger, Ledger)
     return ledger
-
-
-LedgerDep = Annotated[Ledger, Depends(get_ledger)]
 
 
 def _json(body: bytes, status_code: int, headers: dict[str, str] | None = None) -> Response:
@@ -176,7 +178,7 @@ def _grant_location(account_id: str, grant_id: int) -> str:
 @router.post(
     "/v1/accounts/{account_id}/grants",
     operation_id="grantCredits",
-    dependencies=[Depends(require(Scope.GRANT)), Depends(reject_unknown_query)],
+    openapi_extra=WITH_IDEMPOTENCY_KEY,
     summary="Grant credits that expire",
     status_code=201,
     response_model=GrantResponse,
@@ -194,19 +196,22 @@ def _grant_location(account_id: str, grant_id: int) -> str:
     },
     tags=["credits"],
 )
+@requires(Scope.GRANT)
 async def grant_credits(
     account_id: AccountId,
     body: Annotated[GrantRequest, Body(openapi_examples=GRANT_EXAMPLES)],
-    ledger: LedgerDep,
-    idempotency_key: IdempotencyKey = None,
+    request: Request,
 ) -> Any:
     """Grant `amount` credits usable from `timestamp` until `expiry` (exclusive). Outstanding
     debt is settled first; only the rest is kept. Creates the account if it is new."""
     idem = None
-    if idempotency_key is not None:
+    key = idempotency_key(request)
+    if key is not None:
         fp = fingerprint("grant", account_id, body.model_dump())
-        idem = Idempotency(idempotency_key, fp, 201, _render_grant)
-    result = await ledger.grant(account_id, body.amount, body.timestamp, body.expiry, idem)
+        idem = Idempotency(key, fp, 201, _render_grant)
+    result = await _ledger(request).grant(
+        account_id, body.amount, body.timestamp, body.expiry, idem
+    )
     if isinstance(result, Replay):
         grant_id = int(json.loads(result.body)["grant_id"])
         return _replayed(result, {"Location": _grant_location(account_id, grant_id)})
@@ -217,7 +222,7 @@ async def grant_credits(
 @router.post(
     "/v1/accounts/{account_id}/consumptions",
     operation_id="consumeCredits",
-    dependencies=[Depends(require(Scope.CONSUME)), Depends(reject_unknown_query)],
+    openapi_extra=WITH_IDEMPOTENCY_KEY,
     summary="Consume credits, earliest expiry first",
     status_code=200,
     response_model=ConsumeResponse,
@@ -227,19 +232,20 @@ async def grant_credits(
     },
     tags=["credits"],
 )
+@requires(Scope.CONSUME)
 async def consume_credits(
     account_id: AccountId,
     body: Annotated[ConsumeRequest, Body(openapi_examples=CONSUME_EXAMPLES)],
-    ledger: LedgerDep,
-    idempotency_key: IdempotencyKey = None,
+    request: Request,
 ) -> Any:
     """Consume `amount` credits at `timestamp`, earliest-expiring first. What active credits
     cannot cover becomes debt. `debt` in the answer is the total outstanding debt."""
     idem = None
-    if idempotency_key is not None:
+    key = idempotency_key(request)
+    if key is not None:
         fp = fingerprint("consume", account_id, body.model_dump())
-        idem = Idempotency(idempotency_key, fp, 200, _render_consume)
-    result = await ledger.consume(account_id, body.amount, body.timestamp, idem)
+        idem = Idempotency(key, fp, 200, _render_consume)
+    result = await _ledger(request).consume(account_id, body.amount, body.timestamp, idem)
     if isinstance(result, Replay):
         return _replayed(result)
     return _json(_render_consume(result), 200)
@@ -248,15 +254,15 @@ async def consume_credits(
 @router.get(
     "/v1/accounts/{account_id}/balance",
     operation_id="getBalance",
-    dependencies=[Depends(require(Scope.READ)), Depends(reject_unknown_query)],
     summary="Balance at a time",
     response_model=BalanceResponse,
     responses=documented(401, 403, 404, 409, 422, 503),
     tags=["credits"],
 )
+@requires(Scope.READ)
 async def get_balance(
     account_id: AccountId,
-    ledger: LedgerDep,
+    request: Request,
     timestamp: Annotated[
         int | None,
         QueryInt,
@@ -271,40 +277,42 @@ async def get_balance(
     ] = None,
 ) -> Any:
     """`balance` = active credits - outstanding debt. Unknown accounts are 404."""
-    return _json(_BALANCE_JSON.dump_json(await ledger.balance(account_id, timestamp)), 200)
+    return _json(
+        _BALANCE_JSON.dump_json(await _ledger(request).balance(account_id, timestamp)), 200
+    )
 
 
 @router.get(
     "/v1/accounts/{account_id}/grants",
     operation_id="listGrants",
-    dependencies=[Depends(require(Scope.READ)), Depends(reject_unknown_query)],
     summary="Live grants, in the order they will be consumed",
     response_model=LiveGrantsResponse,
     responses=documented(401, 403, 404, 422, 503),
     tags=["credits"],
 )
-async def list_grants(account_id: AccountId, ledger: LedgerDep) -> Any:
+@requires(Scope.READ)
+async def list_grants(account_id: AccountId, request: Request) -> Any:
     """The grants with credits left at the account's latest timestamp, earliest expiry first
     (then grant order): the upcoming expirations. Changes nothing."""
-    view, grants = await ledger.live_grants(account_id)
+    view, grants = await _ledger(request).live_grants(account_id)
     return {**dataclasses.asdict(view), "grants": grants}
 
 
 @router.get(
     "/v1/accounts/{account_id}/grants/{grant_id}",
     operation_id="getGrant",
-    dependencies=[Depends(require(Scope.READ)), Depends(reject_unknown_query)],
     summary="One grant",
     response_model=GrantDetailResponse,
     responses=documented(401, 403, 404, 422, 503),
     tags=["credits"],
 )
+@requires(Scope.READ)
 async def get_grant(
     account_id: AccountId,
     grant_id: Annotated[int, QueryInt, Path(ge=1, le=MAX_VALUE)],
-    ledger: LedgerDep,
+    request: Request,
 ) -> Any:
-    return await ledger.grant_view(account_id, grant_id)
+    return await _ledger(request).grant_view(account_id, grant_id)
 
 
 def _entry_body(entry: Entry) -> dict[str, Any]:
@@ -322,15 +330,15 @@ def _entry_body(entry: Entry) -> dict[str, Any]:
 @router.get(
     "/v1/accounts/{account_id}/ledger",
     operation_id="listLedgerEntries",
-    dependencies=[Depends(require(Scope.READ)), Depends(reject_unknown_query)],
     summary="Ledger history, cursor-paginated",
     response_model=LedgerPage,
     responses=documented(401, 403, 404, 422, 503),
     tags=["credits"],
 )
+@requires(Scope.READ)
 async def list_ledger_entries(
     account_id: AccountId,
-    ledger: LedgerDep,
+    request: Request,
     after: Annotated[
         int,
         QueryInt,
@@ -342,7 +350,7 @@ async def list_ledger_entries(
 ) -> Any:
     """Every change to the account in order (grants, consumptions, expirations), each with
     the balance, available credits and debt right after it."""
-    entries = await ledger.entries(account_id, after, limit + 1)
+    entries = await _ledger(request).entries(account_id, after, limit + 1)
     more = len(entries) > limit
     page = entries[:limit]
     return {
@@ -355,13 +363,14 @@ async def list_ledger_entries(
 @router.get(
     "/healthz",
     operation_id="getHealth",
-    dependencies=[Depends(reject_unknown_query)],
     summary="Liveness and readiness",
     response_model=Health,
     responses=documented(503),
     tags=["operations"],
 )
-async def healthz(ledger: LedgerDep) -> Any:
+@public
+async def healthz(request: Request) -> Any:
+    ledger = _ledger(request)
     if not ledger.healthy:
         raise ServiceUnavailable("storage failed; restart required")
     return {"status": "ok"}
@@ -463,7 +472,7 @@ BATCH_PATH = "/v1/batch"
 @router.post(
     BATCH_PATH,
     operation_id="applyBatch",
-    dependencies=[Depends(reject_unknown_query)],
+    openapi_extra=WITH_IDEMPOTENCY_KEY,
     summary="Many grants, consumptions and balance reads in one request",
     status_code=200,
     response_model=BatchResponse,
@@ -473,11 +482,10 @@ BATCH_PATH = "/v1/batch"
     },
     tags=["credits"],
 )
+@requires(ANY_SCOPE)
 async def apply_batch(
     body: Annotated[BatchRequest, Body(openapi_examples=BATCH_EXAMPLES)],
-    ledger: LedgerDep,
-    key: Annotated[KeyRecord | None, Depends(authenticated)],
-    idempotency_key: IdempotencyKey = None,
+    request: Request,
 ) -> Any:
     """Up to 10,000 operations, each naming its account, applied in the order given and made
     durable with one commit. Each result carries the status and body the single endpoint
@@ -486,18 +494,20 @@ async def apply_batch(
     problem document with the failing operation's status, `operation_index` and
     `operation_problem`. The key needs the scope of every operation in the batch; an
     `Idempotency-Key` on a batch is scoped to batches."""
+    api_key = request.state.api_key
     for index, op in enumerate(body.operations):
-        authorize(key, _SCOPE_OF[op.op], op.account_id, where=f"operation {index}: ")
+        authorize(api_key, _SCOPE_OF[op.op], op.account_id, where=f"operation {index}: ")
     operations = [_to_operation(op) for op in body.operations]
 
     def render(outcome: BatchOutcome) -> bytes:
         return _render_batch(outcome, operations)
 
     idem = None
-    if idempotency_key is not None:
+    key = idempotency_key(request)
+    if key is not None:
         fp = fingerprint("batch", "", body.model_dump())
-        idem = Idempotency(idempotency_key, fp, 200, lambda _: b"")  # batch bodies via render
-    result = await ledger.batch(operations, body.atomic, idem, render)
+        idem = Idempotency(key, fp, 200, lambda _: b"")  # batch bodies come from render
+    result = await _ledger(request).batch(operations, body.atomic, idem, render)
     if isinstance(result, Replay):
         return _replayed(result)
     if result.failed_index is not None:

@@ -3,8 +3,8 @@
 - Only ``application/json`` is accepted on a body (415 otherwise, including no Content-Type).
 - Parsing rejects what Python's ``json`` module lets through but a careful ledger must not:
   duplicate member names (``{"amount": 1, "amount": 1000000}``: which one did the caller mean?),
-  ``NaN``/``Infinity``, and nesting deeper than a request ever needs. Invalid UTF-8 and
-  recursion limits become a 400, never a 500.
+  ``NaN``/``Infinity``. Invalid UTF-8 and nesting past the parser's recursion limit become a
+  400, never a 500 (the body cap bounds how deep a body can nest at all).
 - Integers longer than any valid figure parse to an out-of-range value, so ``10**100`` and a
   4,000-digit number are a 422 naming the field, and never cost a big-integer conversion.
 """
@@ -12,19 +12,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
-from fastapi import Request, Response
-from fastapi.routing import APIRoute
+from fastapi import Request
 
-MAX_JSON_DEPTH: Final = 32
 _MAX_INT_DIGITS: Final = 20  # 2^53-1 has 16 digits: anything longer is out of range anyway
 _OUT_OF_RANGE: Final = 10**_MAX_INT_DIGITS
-
-
-class UnsupportedMediaType(Exception):
-    pass
 
 
 def _parse_int(text: str) -> int:
@@ -46,38 +39,11 @@ def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _depth_ok(raw: bytes) -> bool:
-    """Nesting depth by counting brackets outside strings: cheap, and done before parsing so
-    a deeply nested body never reaches the recursive parser."""
-    depth = 0
-    in_string = False
-    escaped = False
-    for byte in raw:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                return False
-        elif byte in (0x5D, 0x7D):  # ] }
-            depth -= 1
-    return True
-
-
 def loads_strict(raw: bytes) -> Any:
     """Parse ``raw`` or raise ``json.JSONDecodeError`` (which FastAPI turns into our 400)."""
     text = ""
     try:
         text = raw.decode("utf-8")
-        if not _depth_ok(raw):
-            raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
         return json.loads(
             text,
             object_pairs_hook=_unique_members,
@@ -101,24 +67,9 @@ def is_json_media_type(content_type: str | None) -> bool:
 
 
 class StrictJsonRequest(Request):
+    """A request whose ``json()`` is ``loads_strict``: what FastAPI parses bodies with."""
+
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             self._json = loads_strict(await self.body())
         return self._json
-
-
-class StrictJsonRoute(APIRoute):
-    """Routes whose request body, if any, is parsed by ``loads_strict`` and must be JSON."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-        expects_body = self.body_field is not None
-
-        async def strict_handler(request: Request) -> Response:
-            if expects_body and not is_json_media_type(request.headers.get("content-type")):
-                raise UnsupportedMediaType(
-                    "the request body must be JSON: Content-Type: application/json"
-                )
-            return await handler(StrictJsonRequest(request.scope, request.receive))
-
-        return strict_handler
