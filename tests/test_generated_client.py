@@ -215,3 +215,117 @@ def test_errors_parse_as_problem(gen: Generated, client: Any) -> None:
     assert isinstance(problem, gen.models.Problem), response.content
     assert problem.status == 422
     assert any("amount" in [str(part) for part in issue.loc] for issue in problem.errors)
+
+
+def test_batch_through_generated_client(gen: Generated, client: Any) -> None:
+    """applyBatch: SPEC Example 1 as one batch, then an atomic batch that fails and changes
+    nothing, its problem parsed with the failing operation's index and problem."""
+    apply_batch = importlib.import_module(f"{PACKAGE}.api.credits_.apply_batch")
+    m = gen.models
+    acct = "gen-batch-1"
+    operations = [
+        m.GrantOperation(op="grant", account_id=acct, amount=100, timestamp=0, expiry=10),
+        m.GrantOperation(op="grant", account_id=acct, amount=50, timestamp=2, expiry=5),
+        m.ConsumeOperation(op="consume", account_id=acct, amount=70, timestamp=3),
+        m.BalanceOperation(op="balance", account_id=acct, timestamp=4),
+        m.ConsumeOperation(op="consume", account_id=acct, amount=90, timestamp=8),
+        m.BalanceOperation(op="balance", account_id=acct, timestamp=8),
+        m.GrantOperation(op="grant", account_id=acct, amount=30, timestamp=12, expiry=20),
+        m.BalanceOperation(op="balance", account_id=acct, timestamp=12),
+    ]
+    response = apply_batch.sync_detailed(
+        client=client, body=m.BatchRequest(operations=operations), idempotency_key="gen-batch"
+    )
+    assert response.status_code == 200, response.content
+    assert "Idempotent-Replayed" not in response.headers
+    parsed = response.parsed
+    assert isinstance(parsed, m.BatchResponse), response.content
+    assert (parsed.succeeded, parsed.failed) == (8, 0)
+    results = parsed.results
+    assert [(str(r.op), r.status) for r in results] == [
+        ("grant", 201),
+        ("grant", 201),
+        ("consume", 200),
+        ("balance", 200),
+        ("consume", 200),
+        ("balance", 200),
+        ("grant", 201),
+        ("balance", 200),
+    ]
+    bodies = [r.body for r in results]
+    expected_types = [
+        m.GrantResponse,
+        m.GrantResponse,
+        m.ConsumeResponse,
+        m.BalanceResponse,
+        m.ConsumeResponse,
+        m.BalanceResponse,
+        m.GrantResponse,
+        m.BalanceResponse,
+    ]
+    assert [type(body) for body in bodies] == expected_types
+    for body in bodies:
+        assert body.account_id == acct
+        assert body.additional_properties == {}  # the document describes every member
+    assert [_figures(body) for body in bodies] == [
+        (100, 100, 0),
+        (150, 150, 0),
+        (80, 80, 0),
+        (80, 80, 0),
+        (-10, 0, 10),
+        (-10, 0, 10),
+        (20, 20, 0),
+        (20, 20, 0),
+    ]
+    c1 = bodies[2]
+    assert [(a.grant_id, a.expiry, a.amount) for a in c1.allocation] == [(2, 5, 50), (1, 10, 20)]
+    c2 = bodies[4]
+    assert (c2.debt, c2.consumed, c2.debt_added) == (10, 80, 10)
+    g3 = bodies[6]
+    assert (g3.grant_id, g3.sequence, g3.settled_debt, g3.retained) == (3, 5, 10, 20)
+
+    # The same batch again with the key: the first answer, byte for byte.
+    again = apply_batch.sync_detailed(
+        client=client, body=m.BatchRequest(operations=operations), idempotency_key="gen-batch"
+    )
+    assert again.status_code == 200
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.content == response.content
+
+    # Atomic: the grant at 13 would apply, the consumption at 5 is a regression, so neither is.
+    failing = m.BatchRequest(
+        atomic=True,
+        operations=[
+            m.GrantOperation(op="grant", account_id=acct, amount=5, timestamp=13, expiry=30),
+            m.ConsumeOperation(op="consume", account_id=acct, amount=1, timestamp=5),
+            m.GrantOperation(
+                op="grant", account_id="gen-batch-new", amount=1, timestamp=0, expiry=9
+            ),
+        ],
+    )
+    response = apply_batch.sync_detailed(client=client, body=failing)
+    assert response.status_code == 409
+    assert response.headers["content-type"].startswith("application/problem+json")
+    problem = response.parsed
+    assert isinstance(problem, m.Problem), response.content
+    assert problem.status == 409
+    assert problem.type_
+    assert problem.title
+    assert problem.detail
+    assert problem["operation_index"] == 1
+    inner = problem["operation_problem"]
+    assert isinstance(inner, dict)
+    assert inner["status"] == 409
+    assert inner["account_timestamp"] == 13
+    assert str(inner["type"]).endswith("timestamp-regression")
+
+    # Nothing applied: the account is as Example 1 left it, the new account was not created.
+    latest = gen.get_balance.sync(account_id=acct, client=client)
+    assert isinstance(latest, m.BalanceResponse), latest
+    assert (latest.timestamp, *_figures(latest)) == (12, 20, 20, 0)
+    missing = gen.get_balance.sync_detailed(account_id="gen-batch-new", client=client)
+    assert missing.status_code == 404
+    assert isinstance(missing.parsed, m.Problem)
+    page = gen.list_ledger_entries.sync(account_id=acct, client=client)
+    assert isinstance(page, m.LedgerPage), page
+    assert [e.sequence for e in page.entries] == [1, 2, 3, 4, 5]
