@@ -392,48 +392,46 @@ class Ledger:
         """
         self._check_serving()
         assert len(operations) <= MAX_BATCH_OPERATIONS
-        account_ids = sorted({op.account_id for op in operations})
+        # Existing accounts are locked up front, in sorted order (no deadlock between two
+        # batches). Accounts the batch creates are made while it runs, in operation order,
+        # exactly as single requests would; nobody else can see them before it ends.
         accounts: dict[str, _Account] = {}
-        refused: set[str] = set()  # new accounts past max_accounts: their writes fail
-        for account_id in account_ids:
+        for account_id in sorted({op.account_id for op in operations}):
             account = self._accounts.get(account_id)
-            if account is None:
-                if len(self._accounts) >= self._limits.max_accounts:
-                    refused.add(account_id)
-                    continue
-                account = self._new_account(account_id)
-            account.writers += 1
-            accounts[account_id] = account
+            if account is not None:
+                account.writers += 1
+                accounts[account_id] = account
+        locked: list[_Account] = []
         try:
             for account_id in sorted(accounts):
                 await accounts[account_id].lock.acquire()
-            try:
-                pending = self._find_replay(BATCH_SCOPE, idempotency)
-                if pending is not None:
-                    fut: asyncio.Future[None] | None = pending.durable
-                    waits: list[asyncio.Future[None]] = []
-                else:
-                    if idempotency is not None:
-                        self._make_room_for_a_key()
-                    outcome, changes, waits = self._apply_batch(
-                        operations, atomic, accounts, refused
-                    )
-                    outcome.body = render(outcome)  # what a retry with the key replays
-                    fut = None
+                locked.append(accounts[account_id])
+            pending = self._find_replay(BATCH_SCOPE, idempotency)
+            if pending is not None:
+                fut: asyncio.Future[None] | None = pending.durable
+                waits: list[asyncio.Future[None]] = []
+            else:
+                if idempotency is not None:
+                    self._make_room_for_a_key()
+                outcome, changes, waits = self._apply_batch(operations, atomic, accounts)
+                outcome.body = render(outcome)
+                if idempotency is not None and outcome.failed_index is None:
+                    # Kept even when nothing changed: a retry must replay, not run again.
+                    record = self._key_record(BATCH_SCOPE, idempotency, outcome.body)
                     if changes:
-                        if idempotency is not None and outcome.failed_index is None:
-                            changes[-1].idempotency = self._key_record(
-                                BATCH_SCOPE, idempotency, outcome.body
-                            )
-                        fut = self._store.submit(changes)
-                        for change in changes:
+                        changes[-1].idempotency = record
+                    else:
+                        changes.append(Change(account=None, idempotency=record))
+                fut = None
+                if changes:
+                    fut = self._store.submit(changes)
+                    for change in changes:
+                        if change.account is not None:
                             accounts[change.account.account_id].durable = fut
-                        self._remember_key(changes[-1].idempotency, fut)
-            finally:
-                for account in accounts.values():
-                    if account.lock.locked():
-                        account.lock.release()
+                    self._remember_key(changes[-1].idempotency, fut)
         finally:
+            for account in locked:
+                account.lock.release()
             for account_id, account in accounts.items():
                 self._release_writer(account_id, account)
         for earlier in waits:
@@ -448,17 +446,22 @@ class Ledger:
         operations: Sequence[Operation],
         atomic: bool,
         accounts: dict[str, _Account],
-        refused: set[str],
     ) -> tuple[BatchOutcome, list[Change], list[asyncio.Future[None]]]:
+        """Apply in order, without awaiting anything: no other request runs meanwhile.
+        ``accounts`` holds the locked existing accounts and gains the ones created here."""
         saved: dict[str, tuple[GPUCreditTracker, int]] = {}
         results: list[GrantReceipt | ConsumptionReceipt | BalanceView | Exception] = []
         changes: list[Change] = []
         for index, op in enumerate(operations):
             account_id = op.account_id
             try:
-                if account_id in refused:
-                    raise AccountLimit(self._limits.max_accounts)
-                account = accounts[account_id]
+                account = accounts.get(account_id)
+                if account is None:
+                    if isinstance(op, BalanceOp):
+                        raise AccountNotFound(account_id)
+                    account = self._account_for_write(account_id)  # may raise AccountLimit
+                    account.writers += 1
+                    accounts[account_id] = account
                 if atomic and account_id not in saved:
                     saved[account_id] = (account.tracker.copy(), account.next_entry_seq)
                 if isinstance(op, GrantOp):

@@ -617,14 +617,6 @@ async def test_batch_keys_are_independent_of_account_keys(client: httpx.AsyncCli
     assert len((await account_state(client, "a"))["entries"]) == 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a batch that changes nothing (every operation failed, or only reads without a "
-        "timestamp) answers 200 but does not store its Idempotency-Key: a retry is not "
-        "replayed and the same key with another body is accepted instead of 422"
-    ),
-)
 async def test_idempotent_batch_that_changes_nothing_is_still_remembered(
     client: httpx.AsyncClient,
 ) -> None:
@@ -791,15 +783,6 @@ async def test_concurrent_overlapping_batches(client: httpx.AsyncClient) -> None
 # -- account limit and the documented example -------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: with GPU_CREDITS_MAX_ACCOUNTS nearly reached, a batch admits new accounts in "
-        "sorted order of their ids, not in the order of the operations, and reserves a slot "
-        "for accounts that are only read; a read of a refused unknown account is 409 "
-        "account-limit, where the single endpoint answers 404"
-    ),
-)
 async def test_account_limit_in_a_batch_is_as_for_single_calls(
     backend: str, tmp_path: Path
 ) -> None:
@@ -818,14 +801,6 @@ async def test_account_limit_in_a_batch_is_as_for_single_calls(
     assert await results("batch", batched=True) == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: the OpenAPI request example 'SPEC Example 1 in one request' grants on 'acct-1' "
-        "but consumes and reads on 'a1', and holds 4 of Example 1's 8 operations: its balance "
-        "read answers -70 at t=4, not Example 1's 80"
-    ),
-)
 async def test_documented_example_is_spec_example_1(client: httpx.AsyncClient) -> None:
     document = json.loads((ROOT / "openapi" / "openapi.json").read_text())
     content = document["paths"][BATCH]["post"]["requestBody"]["content"]["application/json"]

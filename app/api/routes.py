@@ -403,27 +403,23 @@ _BATCH_JSON: TypeAdapter[_BatchBody] = TypeAdapter(_BatchBody)
 
 BATCH_ABORTED = ProblemType("batch-aborted", "Atomic batch not applied", 0)
 
+_EXAMPLE_1_OPERATIONS: list[dict[str, Any]] = [
+    {"op": "grant", "account_id": "a1", "amount": 100, "timestamp": 0, "expiry": 10},
+    {"op": "grant", "account_id": "a1", "amount": 50, "timestamp": 2, "expiry": 5},
+    {"op": "consume", "account_id": "a1", "amount": 70, "timestamp": 3},
+    {"op": "balance", "account_id": "a1", "timestamp": 4},
+    {"op": "consume", "account_id": "a1", "amount": 90, "timestamp": 8},
+    {"op": "balance", "account_id": "a1", "timestamp": 8},
+    {"op": "grant", "account_id": "a1", "amount": 30, "timestamp": 12, "expiry": 20},
+    {"op": "balance", "account_id": "a1", "timestamp": 12},
+]
 BATCH_EXAMPLES: dict[str, Any] = {
     "example1": {
         "summary": "SPEC Example 1 in one request",
-        "value": {
-            "atomic": False,
-            "operations": [
-                {
-                    "op": "grant",
-                    "account_id": "acct-1",
-                    "amount": 100,
-                    "timestamp": 0,
-                    "expiry": 10,
-                },
-                {"op": "grant", "account_id": "acct-1", "amount": 50, "timestamp": 2, "expiry": 5},
-                {"op": "consume", "account_id": "a1", "amount": 70, "timestamp": 3},
-                {"op": "balance", "account_id": "a1", "timestamp": 4},
-            ],
-        },
+        "value": {"atomic": False, "operations": _EXAMPLE_1_OPERATIONS},
     },
     "atomic": {
-        "summary": "All or nothing: move usage between two accounts",
+        "summary": "All or nothing: usage of two jobs reported together",
         "value": {
             "atomic": True,
             "operations": [

@@ -7,7 +7,7 @@ Integers are strict (``true``, ``1.0`` and ``"5"`` are not integers) and bounded
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Path
 from pydantic import (
@@ -301,4 +301,11 @@ class Problem(BaseModel):
     )
     account_timestamp: int | None = Field(
         None, description="For a timestamp regression: the account's latest timestamp."
+    )
+    limit: int | None = Field(None, description="For a limit reached: the limit.")
+    operation_index: int | None = Field(
+        None, description="For an aborted atomic batch: the 0-based index of the failed operation."
+    )
+    operation_problem: dict[str, Any] | None = Field(
+        None, description="For an aborted atomic batch: the failed operation's problem document."
     )

@@ -258,7 +258,15 @@ class SqliteStore:
         try:
             conn.execute("BEGIN IMMEDIATE")
             for change in changes:
+                r = change.idempotency
+                if r is not None:
+                    conn.execute(
+                        _INSERT_IDEMPOTENCY,
+                        (r.account_id, r.key, r.fingerprint, r.status_code, r.body, r.created_at_s),
+                    )
                 a = change.account
+                if a is None:
+                    continue
                 account_id = a.account_id
                 # Only the newest row of an account matters; written once after the loop.
                 accounts[account_id] = (
@@ -299,19 +307,6 @@ class SqliteStore:
                             (account_id, b.grant_seq, b.expiry, b.remaining)
                             for b in change.upserted_batches
                         ],
-                    )
-                r = change.idempotency
-                if r is not None:
-                    conn.execute(
-                        _INSERT_IDEMPOTENCY,
-                        (
-                            r.account_id,
-                            r.key,
-                            r.fingerprint,
-                            r.status_code,
-                            r.body,
-                            r.created_at_s,
-                        ),
                     )
             conn.executemany(_UPSERT_ACCOUNT, accounts.values())
             conn.execute("COMMIT")
