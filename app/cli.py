@@ -12,10 +12,12 @@ loopback unless ``--insecure-no-auth`` (or GPU_CREDITS_ALLOW_UNAUTHENTICATED=tru
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ipaddress
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import uvicorn
 
@@ -59,8 +61,23 @@ def _serve(args: argparse.Namespace) -> int:
             "Anyone who can reach this address can grant and consume credits. !!!",
             settings.host,
         )
+    workers = args.workers
+    if workers > 1 and settings.storage != "postgres":
+        print(
+            f"refusing --workers {workers} with storage={settings.storage}: each worker "
+            "would keep its own ledger. Use one worker, or storage=postgres "
+            "(GPU_CREDITS_STORAGE=postgres, GPU_CREDITS_DATABASE_URL=...), which several "
+            "workers and hosts share.",
+            file=sys.stderr,
+        )
+        return 2
+    # One worker: run the app built here. Several: each worker process builds its own from
+    # the same environment (uvicorn's factory mode).
+    target: Any = create_app(settings) if workers == 1 else "app.main:create_app"
     uvicorn.run(
-        create_app(settings),
+        target,
+        factory=workers > 1,
+        workers=workers,
         host=settings.host,
         port=settings.port,
         loop="uvloop",
@@ -127,6 +144,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="allow a non-loopback address with no API keys configured (warns loudly)",
     )
 
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        choices=range(1, 65),
+        metavar="N",
+        help="worker processes (more than 1 needs storage=postgres)",
+    )
+
+    commands.add_parser("migrate", help="apply database migrations (postgres) and exit")
+
     keys = commands.add_parser("keys", help="manage API keys")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
     create = key_commands.add_parser("create", help="create a key; it is printed only once")
@@ -148,7 +176,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "migrate":
+        return _migrate()
     return _keys(args)
+
+
+def _migrate() -> int:
+    settings = Settings()
+    if settings.storage != "postgres":
+        print(f"storage={settings.storage} has no migrations to apply", file=sys.stderr)
+        return 0
+    import asyncpg
+
+    from app.storage.postgres import migrate
+
+    async def run() -> list[int]:
+        conn = await asyncpg.connect(settings.database_url_value())
+        try:
+            return await migrate(conn)
+        finally:
+            await conn.close()
+
+    applied = asyncio.run(run())
+    print(f"applied migrations: {applied or 'none, the schema is current'}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

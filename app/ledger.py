@@ -279,6 +279,9 @@ class Ledger:
         for record in loaded.idempotency:
             self._keys[(record.account_id, record.key)] = _PendingKey(record, done)
 
+    async def close(self) -> None:
+        await self._store.close()
+
     async def prune_idempotency(self) -> int:
         """Forget idempotency keys older than the retention period (memory and disk)."""
         cutoff_s = self._wall_clock_s() - self._idempotency_ttl_s
@@ -291,6 +294,10 @@ class Ledger:
     @property
     def healthy(self) -> bool:
         return self._failure is None
+
+    async def ready(self) -> bool:
+        """Can the service serve right now? (The shared ledger also asks its database.)"""
+        return self.healthy
 
     @property
     def account_count(self) -> int:
@@ -413,7 +420,11 @@ class Ledger:
             else:
                 if idempotency is not None:
                     self._make_room_for_a_key()
-                outcome, changes, waits = self._apply_batch(operations, atomic, accounts)
+                outcome, changes = self._apply_batch(
+                    operations, atomic, accounts, self._create_for_batch
+                )
+                # Reads in the batch must not answer before earlier changes of their accounts.
+                waits = [a.durable for a in accounts.values() if a.durable is not None]
                 outcome.body = render(outcome)
                 if idempotency is not None and outcome.failed_index is None:
                     # Kept even when nothing changed: a retry must replay, not run again.
@@ -446,9 +457,11 @@ class Ledger:
         operations: Sequence[Operation],
         atomic: bool,
         accounts: dict[str, _Account],
-    ) -> tuple[BatchOutcome, list[Change], list[asyncio.Future[None]]]:
+        create: Callable[[str], _Account],
+    ) -> tuple[BatchOutcome, list[Change]]:
         """Apply in order, without awaiting anything: no other request runs meanwhile.
-        ``accounts`` holds the locked existing accounts and gains the ones created here."""
+        ``accounts`` holds the locked existing accounts and gains those ``create`` makes for
+        writes to new accounts (it raises AccountLimit when no more may be made)."""
         saved: dict[str, tuple[GPUCreditTracker, int]] = {}
         results: list[GrantReceipt | ConsumptionReceipt | BalanceView | Exception] = []
         changes: list[Change] = []
@@ -459,8 +472,7 @@ class Ledger:
                 if account is None:
                     if isinstance(op, BalanceOp):
                         raise AccountNotFound(account_id)
-                    account = self._account_for_write(account_id)  # may raise AccountLimit
-                    account.writers += 1
+                    account = create(account_id)
                     accounts[account_id] = account
                 if atomic and account_id not in saved:
                     saved[account_id] = (account.tracker.copy(), account.next_entry_seq)
@@ -488,11 +500,14 @@ class Ledger:
                     for saved_id, (tracker, next_entry_seq) in saved.items():
                         accounts[saved_id].tracker = tracker
                         accounts[saved_id].next_entry_seq = next_entry_seq
-                    return BatchOutcome(results=[exc], failed_index=index), [], []
+                    return BatchOutcome(results=[exc], failed_index=index), []
                 results.append(exc)
-        # Reads in the batch must not answer before earlier changes of their accounts.
-        waits = [a.durable for a in accounts.values() if a.durable is not None]
-        return BatchOutcome(results=results, failed_index=None), changes, waits
+        return BatchOutcome(results=results, failed_index=None), changes
+
+    def _create_for_batch(self, account_id: str) -> _Account:
+        account = self._account_for_write(account_id)  # may raise AccountLimit
+        account.writers += 1
+        return account
 
     # -- the operations, shared by the single endpoints and batches ----------------------
 

@@ -33,16 +33,28 @@ IDEMPOTENCY_PRUNE_INTERVAL_S = 3600.0
 KEY_RELOAD_INTERVAL_S = 2.0
 
 
+def build_ledger(settings: Settings) -> Ledger:
+    """The ledger service over the backend the settings name: the embedded ones (memory,
+    sqlite) behind ``Ledger``, the shared one (postgres) behind ``SharedLedger``."""
+    if settings.storage == "postgres":
+        from app.shared_ledger import SharedLedger  # loads asyncpg only when used
+        from app.storage.postgres import PostgresStore
+
+        url = settings.database_url_value()
+        store = PostgresStore(url, settings.pg_min_connections, settings.pg_max_connections)
+        return SharedLedger(store, settings.limits())
+    return Ledger(open_store(settings.storage, settings.sqlite_path), settings.limits())
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = open_store(settings.storage, settings.sqlite_path)
-        ledger = Ledger(store, settings.limits())
+        ledger = build_ledger(settings)
         await ledger.start()
         app.state.ledger = ledger
-        log.info("ledger ready: storage=%s accounts=%d", store.name, ledger.account_count)
+        log.info("ledger ready: storage=%s", settings.storage)
         authenticator = Authenticator(settings.keys_path)
         app.state.authenticator = authenticator
         if not authenticator.enabled:
@@ -63,7 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            await store.close()
+            await ledger.close()
 
     app = FastAPI(
         title="gpu-credits",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.ledger import Limits
@@ -20,9 +20,18 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Address to listen on (loopback by default).")
     port: int = Field(8000, ge=0, le=65535, description="TCP port to listen on.")
-    storage: Literal["sqlite", "memory"] = Field(
-        "sqlite", description="sqlite keeps state durably; memory forgets it on exit."
+    storage: Literal["sqlite", "memory", "postgres"] = Field(
+        "sqlite",
+        description=(
+            "sqlite: durable, one process (the default). memory: forgets everything on exit. "
+            "postgres: durable and shared by several processes and hosts (needs database_url)."
+        ),
     )
+    database_url: SecretStr | None = Field(
+        None, description="postgresql://user:password@host:port/dbname, for storage=postgres."
+    )
+    pg_min_connections: int = Field(2, ge=1, le=100, description="Pool size per process, min.")
+    pg_max_connections: int = Field(20, ge=1, le=500, description="Pool size per process, max.")
     data_dir: Path = Field(Path("data"), description="Directory for the SQLite database.")
     sqlite_file: str = Field("gpu-credits.sqlite3", description="File name under data_dir.")
     idempotency_ttl_hours: float = Field(
@@ -67,6 +76,18 @@ class Settings(BaseSettings):
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = Field(False, description="Log every request (off: it costs throughput).")
+
+    @model_validator(mode="after")
+    def _postgres_needs_a_url(self) -> Settings:
+        if self.storage == "postgres" and self.database_url is None:
+            raise ValueError("storage=postgres needs GPU_CREDITS_DATABASE_URL")
+        if self.pg_min_connections > self.pg_max_connections:
+            raise ValueError("pg_min_connections must not exceed pg_max_connections")
+        return self
+
+    def database_url_value(self) -> str:
+        assert self.database_url is not None
+        return self.database_url.get_secret_value()
 
     def limits(self) -> Limits:
         return Limits(

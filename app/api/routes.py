@@ -371,7 +371,7 @@ async def list_ledger_entries(
 @public
 async def healthz(request: Request) -> Any:
     ledger = _ledger(request)
-    if not ledger.healthy:
+    if not await ledger.ready():
         raise ServiceUnavailable("storage failed; restart required")
     return {"status": "ok"}
 

@@ -1,0 +1,375 @@
+"""The ledger service on a shared database (PostgreSQL): same API, same answers, same ledger
+history and idempotency as ``Ledger``, for several processes and hosts at once.
+
+``Ledger`` (embedded backends) trusts process memory and writes behind it. Here the database
+decides: every operation runs in a transaction that locks the rows of its accounts, so each
+account sees one operation at a time in real-time order, whichever process serves it
+(linearizable per account), while different accounts never wait for each other. Trackers are
+cached per process and tagged with the row version; a write that finds another version
+reloads the account's batches first. The rules themselves (``_apply_grant`` and friends) are
+``Ledger``'s, unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, TypeVar
+
+import asyncpg
+
+from app.domain import GPUCreditTracker, TrackerState
+from app.ledger import (
+    _R,
+    BATCH_SCOPE,
+    MAX_BATCH_OPERATIONS,
+    AccountLimit,
+    AccountNotFound,
+    BalanceView,
+    BatchOutcome,
+    ConsumptionReceipt,
+    GrantNotFound,
+    GrantReceipt,
+    GrantView,
+    Idempotency,
+    IdempotencyKeyReused,
+    Ledger,
+    Limits,
+    LiveGrant,
+    Operation,
+    Replay,
+    ServiceUnavailable,
+    _Account,
+)
+from app.storage.base import Change, Entry
+from app.storage.postgres import AccountState, PgTransaction, PostgresStore
+
+# Connection-level failures (the database went away): answered with 503, and the process
+# keeps serving once the database is back; nothing was committed by a failed transaction.
+_DATABASE_DOWN = (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError)
+READY_TIMEOUT_S: Final = 2.0
+_T = TypeVar("_T")
+
+
+def _view_of(state: AccountState) -> BalanceView:
+    return BalanceView(
+        state.account_id,
+        state.clock,
+        state.available - state.debt,
+        state.available,
+        state.debt,
+    )
+
+
+class SharedLedger(Ledger):
+    def __init__(
+        self,
+        store: PostgresStore,
+        limits: Limits | None = None,
+        wall_clock_s: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(store, limits, wall_clock_s)  # type: ignore[arg-type]
+        self._pg = store
+        self._versions: dict[str, int] = {}  # account -> row version its cached tracker has
+
+    async def start(self) -> None:
+        await self._pg.open()
+
+    async def close(self) -> None:
+        await self._pg.close()
+
+    async def prune_idempotency(self) -> int:
+        return await self._pg.prune_idempotency(self._wall_clock_s() - self._idempotency_ttl_s)
+
+    # -- writes --------------------------------------------------------------------------
+
+    async def _write(
+        self,
+        account_id: str,
+        idempotency: Idempotency | None,
+        apply: Callable[[_Account], tuple[Change, _R]],
+    ) -> _R | Replay:
+        account = self._local(account_id)
+        account.writers += 1
+        try:
+            async with account.lock:  # one transaction per account at a time in this process
+                try:
+                    return await self._write_locked(account_id, account, idempotency, apply)
+                except BaseException:
+                    self._versions.pop(account_id, None)  # the cache may be ahead of the db
+                    raise
+        except _DATABASE_DOWN as exc:
+            raise ServiceUnavailable(f"database unavailable: {exc}") from exc
+        finally:
+            self._release_local(account_id, account)
+
+    async def _write_locked(
+        self,
+        account_id: str,
+        account: _Account,
+        idempotency: Idempotency | None,
+        apply: Callable[[_Account], tuple[Change, _R]],
+    ) -> _R | Replay:
+        async with self._pg.transaction() as tx:
+            states = await tx.lock_accounts([account_id])
+            created = False
+            if account_id not in states:
+                new = await tx.create_accounts([account_id])
+                if account_id in new:
+                    if await tx.account_count() >= self._limits.max_accounts:
+                        raise AccountLimit(self._limits.max_accounts)
+                    states, created = new, True
+                else:  # created by another process meanwhile
+                    states = await tx.lock_accounts([account_id])
+            if idempotency is not None:
+                record = await tx.lock_key(account_id, idempotency.key)
+                if record is not None:
+                    if record.fingerprint != idempotency.fingerprint:
+                        raise IdempotencyKeyReused(idempotency.key)
+                    if created:
+                        await tx.settle_accounts(0, [account_id])
+                    return Replay(record.status_code, record.body)
+            await self._sync(tx, states)
+            change, receipt = apply(account)
+            if idempotency is not None:
+                change.idempotency = self._key_record(
+                    account_id, idempotency, idempotency.render(receipt)
+                )
+            versions = await tx.write(
+                [change], {account_id: account.tracker.available}, self._row_versions(states)
+            )
+            if created:
+                await tx.settle_accounts(1, [])
+        self._versions.update(versions)  # committed
+        return receipt
+
+    async def balance(self, account_id: str, timestamp: int | None) -> BalanceView:
+        self._check_serving()
+        try:
+            if timestamp is None:
+                # A read of committed state: one row, no lock.
+                state = await self._pg.read_account(account_id)
+                if state is None:
+                    raise AccountNotFound(account_id)
+                return BalanceView(
+                    account_id,
+                    state.clock,
+                    state.available - state.debt,
+                    state.available,
+                    state.debt,
+                )
+            account = self._local(account_id)
+            account.writers += 1
+            try:
+                async with account.lock:
+                    try:
+                        return await self._advance_locked(account_id, account, timestamp)
+                    except BaseException:
+                        self._versions.pop(account_id, None)
+                        raise
+            finally:
+                self._release_local(account_id, account)
+        except _DATABASE_DOWN as exc:
+            raise ServiceUnavailable(f"database unavailable: {exc}") from exc
+
+    async def _advance_locked(
+        self, account_id: str, account: _Account, timestamp: int
+    ) -> BalanceView:
+        async with self._pg.transaction() as tx:
+            states = await tx.lock_accounts([account_id])
+            if account_id not in states:
+                raise AccountNotFound(account_id)
+            await self._sync(tx, states)
+            change, view = self._apply_balance(account_id, account, timestamp)
+            if change is not None:
+                versions = await tx.write(
+                    [change], {account_id: account.tracker.available}, self._row_versions(states)
+                )
+                self._versions.update(versions)
+        return view
+
+    async def batch(
+        self,
+        operations: Sequence[Operation],
+        atomic: bool,
+        idempotency: Idempotency | None,
+        render: Callable[[BatchOutcome], bytes],
+    ) -> BatchOutcome | Replay:
+        self._check_serving()
+        assert len(operations) <= MAX_BATCH_OPERATIONS
+        account_ids = sorted({op.account_id for op in operations})
+        locals_ = {account_id: self._local(account_id) for account_id in account_ids}
+        for account in locals_.values():
+            account.writers += 1
+        locked: list[_Account] = []
+        try:
+            for account_id in account_ids:
+                await locals_[account_id].lock.acquire()
+                locked.append(locals_[account_id])
+            try:
+                return await self._batch_locked(
+                    operations, atomic, idempotency, render, account_ids, locals_
+                )
+            except BaseException:
+                for account_id in account_ids:
+                    self._versions.pop(account_id, None)
+                raise
+        except _DATABASE_DOWN as exc:
+            raise ServiceUnavailable(f"database unavailable: {exc}") from exc
+        finally:
+            for account in locked:
+                account.lock.release()
+            for account_id, account in locals_.items():
+                self._release_local(account_id, account)
+
+    async def _batch_locked(
+        self,
+        operations: Sequence[Operation],
+        atomic: bool,
+        idempotency: Idempotency | None,
+        render: Callable[[BatchOutcome], bytes],
+        account_ids: list[str],
+        locals_: dict[str, _Account],
+    ) -> BatchOutcome | Replay:
+        async with self._pg.transaction() as tx:
+            if idempotency is not None:
+                record = await tx.lock_key(BATCH_SCOPE, idempotency.key)
+                if record is not None:
+                    if record.fingerprint != idempotency.fingerprint:
+                        raise IdempotencyKeyReused(idempotency.key)
+                    return Replay(record.status_code, record.body)
+            states = await tx.lock_accounts(account_ids)
+            # Rows for accounts the batch may create, locked now so no other process can
+            # create them under us; the ones no operation ends up creating are removed.
+            missing = [a for a in account_ids if a not in states]
+            placeholders: dict[str, AccountState] = {}
+            budget = 0
+            if missing:
+                placeholders = await tx.create_accounts(missing)
+                raced = [a for a in missing if a not in placeholders]
+                states.update(await tx.lock_accounts(raced))
+                budget = self._limits.max_accounts - await tx.account_count()
+            await self._sync(tx, states)
+            accounts = {a: locals_[a] for a in states}
+            created: list[str] = []
+
+            def create(account_id: str) -> _Account:
+                if len(created) >= budget:
+                    raise AccountLimit(self._limits.max_accounts)
+                created.append(account_id)
+                account = locals_[account_id]
+                account.tracker = self._fresh_tracker()
+                account.next_entry_seq = 1
+                return account
+
+            outcome, changes = self._apply_batch(operations, atomic, accounts, create)
+            outcome.body = render(outcome)
+            if idempotency is not None and outcome.failed_index is None:
+                record = self._key_record(BATCH_SCOPE, idempotency, outcome.body)
+                if changes:
+                    changes[-1].idempotency = record
+                else:
+                    changes.append(Change(account=None, idempotency=record))
+            used = {a for a in created if locals_[a].next_entry_seq > 1}
+            all_states = {**states, **placeholders}
+            touched = {c.account.account_id for c in changes if c.account is not None}
+            versions = await tx.write(
+                changes,
+                {a: locals_[a].tracker.available for a in touched},
+                {a: all_states[a].version for a in touched},
+            )
+            await tx.settle_accounts(len(used), [a for a in placeholders if a not in used])
+        self._versions.update(versions)
+        return outcome
+
+    # -- reads ---------------------------------------------------------------------------
+
+    async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrant]]:
+        state, batches = await self._read(self._pg.read_live_batches(account_id))
+        if state is None:
+            raise AccountNotFound(account_id)
+        return _view_of(state), [LiveGrant(b.grant_seq, b.expiry, b.remaining) for b in batches]
+
+    async def grant_view(self, account_id: str, grant_id: int) -> GrantView:
+        _, grants = await self.live_grants(account_id)  # 404 for an unknown account
+        remaining = next((g.remaining for g in grants if g.grant_id == grant_id), 0)
+        entry = await self._read(self._pg.read_grant_entry(account_id, grant_id))
+        if entry is None:
+            raise GrantNotFound(account_id, grant_id)
+        d = entry.details
+        return GrantView(
+            account_id=account_id,
+            grant_id=grant_id,
+            sequence=entry.seq,
+            timestamp=entry.timestamp,
+            amount=d["amount"],
+            expiry=d["expiry"],
+            settled_debt=d["settled_debt"],
+            retained=d["retained"],
+            remaining=remaining,
+        )
+
+    async def entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
+        if await self._read(self._pg.read_account(account_id)) is None:
+            raise AccountNotFound(account_id)
+        return await self._read(self._pg.read_entries(account_id, after_seq, limit))
+
+    # -- internals -----------------------------------------------------------------------
+
+    async def _read(self, pending: Awaitable[_T]) -> _T:
+        """Await a read; a database that is down is a 503, not a 500."""
+        self._check_serving()
+        try:
+            return await pending
+        except _DATABASE_DOWN as exc:
+            raise ServiceUnavailable(f"database unavailable: {exc}") from exc
+
+    async def ready(self) -> bool:
+        try:
+            await asyncio.wait_for(self._pg.ping(), READY_TIMEOUT_S)
+        except (TimeoutError, *_DATABASE_DOWN):
+            return False
+        return self.healthy
+
+    def _fresh_tracker(self) -> GPUCreditTracker:
+        return GPUCreditTracker(max_live_batches=self._limits.max_live_grants_per_account)
+
+    def _local(self, account_id: str) -> _Account:
+        """This process's cache slot for the account (its lock, its cached tracker)."""
+        account = self._accounts.get(account_id)
+        if account is None:
+            account = _Account(self._fresh_tracker(), next_entry_seq=1)
+            self._accounts[account_id] = account
+        return account
+
+    def _release_local(self, account_id: str, account: _Account) -> None:
+        account.writers -= 1
+        if account.writers == 0 and account_id not in self._versions:
+            # Nothing cached worth keeping (unknown or failed): bound memory by dropping it.
+            del self._accounts[account_id]
+
+    async def _sync(self, tx: PgTransaction, states: dict[str, AccountState]) -> None:
+        """Make the cached trackers of the locked ``states`` current: reload those whose row
+        version differs from the cached one (another process wrote, or nothing cached)."""
+        stale = [a for a, s in states.items() if self._versions.get(a) != s.version]
+        if not stale:
+            return
+        batches = await tx.load_batches(stale)
+        for account_id in stale:
+            s = states[account_id]
+            account = self._local(account_id)
+            account.tracker = GPUCreditTracker.from_state(
+                TrackerState(s.clock, s.debt, s.next_grant_seq, tuple(batches[account_id])),
+                max_live_batches=self._limits.max_live_grants_per_account,
+            )
+            assert account.tracker.available == s.available, "state row and batches disagree"
+            account.next_entry_seq = s.next_entry_seq
+            self._versions[account_id] = s.version
+
+    @staticmethod
+    def _row_versions(states: dict[str, AccountState]) -> dict[str, int]:
+        return {a: s.version for a, s in states.items()}
+
+
+__all__ = ["ConsumptionReceipt", "GrantReceipt", "SharedLedger"]

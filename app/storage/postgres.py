@@ -1,0 +1,389 @@
+"""PostgreSQL backend: one ledger shared by many service processes (asyncpg, a pool each).
+
+Why it is shaped this way (the embedded backends are different on purpose):
+
+- The database is the authority, not process memory. Every write runs in one transaction
+  that first locks the account's row (``SELECT ... FOR UPDATE``): operations on one account
+  are serialised in the database whichever process serves them, operations on different
+  accounts never wait for each other, and the journal (``entries``), the state rows and the
+  idempotency record commit together or not at all.
+- Each process keeps a cache of trackers tagged with the row's ``version``. A write that finds
+  the version it cached skips loading the account's batches; any other version (another
+  process wrote) reloads them. So one process on a hot account stays O(log n) per operation.
+- Schema changes are versioned migrations, applied at startup (or by ``gpu-credits migrate``)
+  under an advisory lock, so several processes starting together migrate once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeAlias
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from app.domain import Batch
+from app.storage.base import Change, Entry, IdempotencyRecord
+
+# What a pool hands out: a proxy for a connection, used exactly like one. (The stubs make
+# these generic; at run time they are not, hence the string.)
+Connection: TypeAlias = "asyncpg.Connection[Any] | PoolConnectionProxy[Any]"
+
+MIGRATION_LOCK_ID: Final = 0x6770_7563  # "gpuc": one advisory lock id for migrations
+
+# (version, statements). Append only: a released migration is never edited.
+MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
+    (
+        1,
+        """
+        CREATE TABLE accounts (
+            account_id text PRIMARY KEY,
+            clock bigint NOT NULL,
+            debt bigint NOT NULL,
+            available bigint NOT NULL,
+            next_grant_seq bigint NOT NULL,
+            next_entry_seq bigint NOT NULL,
+            version bigint NOT NULL
+        );
+        CREATE TABLE account_count (
+            only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+            n bigint NOT NULL
+        );
+        INSERT INTO account_count VALUES (true, 0);
+        CREATE TABLE batches (
+            account_id text NOT NULL,
+            grant_seq bigint NOT NULL,
+            expiry bigint NOT NULL,
+            remaining bigint NOT NULL,
+            PRIMARY KEY (account_id, grant_seq)
+        );
+        CREATE TABLE entries (
+            account_id text NOT NULL,
+            seq bigint NOT NULL,
+            kind text NOT NULL,
+            timestamp bigint NOT NULL,
+            available bigint NOT NULL,
+            debt bigint NOT NULL,
+            grant_seq bigint,
+            details jsonb NOT NULL,
+            PRIMARY KEY (account_id, seq)
+        );
+        CREATE INDEX entries_by_grant ON entries (account_id, grant_seq) WHERE kind = 'grant';
+        CREATE TABLE idempotency (
+            scope text NOT NULL,
+            key text NOT NULL,
+            fingerprint text NOT NULL,
+            status_code integer NOT NULL,
+            body bytea NOT NULL,
+            created_at_s double precision NOT NULL,
+            PRIMARY KEY (scope, key)
+        );
+        CREATE INDEX idempotency_by_age ON idempotency (created_at_s);
+        """,
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AccountState:
+    account_id: str
+    clock: int
+    debt: int
+    available: int
+    next_grant_seq: int
+    next_entry_seq: int
+    version: int  # bumped by every committed write: tells caches they are stale
+
+
+def _state(row: asyncpg.Record) -> AccountState:
+    return AccountState(
+        row["account_id"],
+        row["clock"],
+        row["debt"],
+        row["available"],
+        row["next_grant_seq"],
+        row["next_entry_seq"],
+        row["version"],
+    )
+
+
+def _entry(row: asyncpg.Record) -> Entry:
+    return Entry(
+        row["seq"],
+        row["kind"],
+        row["timestamp"],
+        row["available"],
+        row["debt"],
+        json.loads(row["details"]),
+    )
+
+
+_ACCOUNT_COLUMNS = "account_id, clock, debt, available, next_grant_seq, next_entry_seq, version"
+_ENTRY_COLUMNS = "seq, kind, timestamp, available, debt, details"
+
+
+class PgTransaction:
+    """One transaction on one connection; every method runs inside it."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    async def lock_accounts(self, account_ids: Sequence[str]) -> dict[str, AccountState]:
+        """Lock the rows of the existing accounts among ``account_ids``, in sorted order (two
+        transactions locking overlapping sets cannot deadlock)."""
+        rows = await self._conn.fetch(
+            f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE account_id = ANY($1::text[]) "
+            "ORDER BY account_id FOR UPDATE",
+            sorted(account_ids),
+        )
+        return {row["account_id"]: _state(row) for row in rows}
+
+    async def create_accounts(self, account_ids: Sequence[str]) -> dict[str, AccountState]:
+        """Insert and lock rows for those of ``account_ids`` that do not exist yet. A row that
+        another transaction inserted meanwhile is not returned: lock it with lock_accounts.
+        New rows are placeholders until ``settle_accounts`` counts or removes them."""
+        rows = await self._conn.fetch(
+            "INSERT INTO accounts SELECT unnest($1::text[]), 0, 0, 0, 1, 1, 0 "
+            f"ON CONFLICT (account_id) DO NOTHING RETURNING {_ACCOUNT_COLUMNS}",
+            sorted(account_ids),
+        )
+        return {row["account_id"]: _state(row) for row in rows}
+
+    async def account_count(self) -> int:
+        """The number of accounts, locked until commit (account creation is serialised)."""
+        count: int = await self._conn.fetchval("SELECT n FROM account_count FOR UPDATE")
+        return count
+
+    async def settle_accounts(self, created: int, unused: Sequence[str]) -> None:
+        """Count the accounts this transaction really created; delete its unused
+        placeholders (accounts whose every operation failed leave no trace)."""
+        if unused:
+            await self._conn.execute(
+                "DELETE FROM accounts WHERE account_id = ANY($1::text[]) AND version = 0",
+                list(unused),
+            )
+        if created:
+            await self._conn.execute("UPDATE account_count SET n = n + $1", created)
+
+    async def load_batches(self, account_ids: Sequence[str]) -> dict[str, list[Batch]]:
+        rows = await self._conn.fetch(
+            "SELECT account_id, grant_seq, expiry, remaining FROM batches "
+            "WHERE account_id = ANY($1::text[])",
+            list(account_ids),
+        )
+        out: dict[str, list[Batch]] = {a: [] for a in account_ids}
+        for row in rows:
+            out[row["account_id"]].append(Batch(row["grant_seq"], row["expiry"], row["remaining"]))
+        return out
+
+    async def lock_key(self, scope: str, key: str) -> IdempotencyRecord | None:
+        """Serialise requests with this key across processes, then read its record."""
+        await self._conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{scope}\n{key}"
+        )
+        row = await self._conn.fetchrow(
+            "SELECT scope, key, fingerprint, status_code, body, created_at_s FROM idempotency "
+            "WHERE scope = $1 AND key = $2",
+            scope,
+            key,
+        )
+        if row is None:
+            return None
+        return IdempotencyRecord(
+            row["scope"],
+            row["key"],
+            row["fingerprint"],
+            row["status_code"],
+            bytes(row["body"]),
+            row["created_at_s"],
+        )
+
+    async def write(
+        self, changes: Sequence[Change], available: dict[str, int], versions: dict[str, int]
+    ) -> dict[str, int]:
+        """Write ``changes`` in order; each account's row gets its newest values and version
+        + 1. Returns the new versions."""
+        entries: list[tuple[Any, ...]] = []
+        newest: dict[str, Change] = {}
+        keys: list[tuple[Any, ...]] = []
+        for change in changes:
+            r = change.idempotency
+            if r is not None:
+                keys.append(
+                    (r.account_id, r.key, r.fingerprint, r.status_code, r.body, r.created_at_s)
+                )
+            if change.account is None:
+                continue
+            account_id = change.account.account_id
+            newest[account_id] = change
+            for e in change.entries:
+                grant_seq = e.details.get("grant_id") if e.kind == "grant" else None
+                details = json.dumps(e.details, separators=(",", ":"))
+                entries.append(
+                    (
+                        account_id,
+                        e.seq,
+                        e.kind,
+                        e.timestamp,
+                        e.available,
+                        e.debt,
+                        grant_seq,
+                        details,
+                    )
+                )
+            # Batches in order: a batch added by one change may be drawn by the next.
+            if change.removed_grant_seqs:
+                await self._conn.execute(
+                    "DELETE FROM batches WHERE account_id = $1 AND grant_seq = ANY($2::bigint[])",
+                    account_id,
+                    change.removed_grant_seqs,
+                )
+            if change.upserted_batches:
+                await self._conn.executemany(
+                    "INSERT INTO batches VALUES ($1, $2, $3, $4) ON CONFLICT (account_id, "
+                    "grant_seq) DO UPDATE SET remaining = excluded.remaining",
+                    [
+                        (account_id, b.grant_seq, b.expiry, b.remaining)
+                        for b in change.upserted_batches
+                    ],
+                )
+        if entries:
+            await self._conn.executemany(
+                "INSERT INTO entries VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)", entries
+            )
+        if keys:
+            await self._conn.executemany(
+                "INSERT INTO idempotency VALUES ($1, $2, $3, $4, $5, $6)", keys
+            )
+        new_versions = {account_id: versions[account_id] + 1 for account_id in newest}
+        if newest:
+            await self._conn.executemany(
+                "UPDATE accounts SET clock = $2, debt = $3, available = $4, next_grant_seq = $5, "
+                "next_entry_seq = $6, version = $7 WHERE account_id = $1",
+                [
+                    (
+                        a.account_id,
+                        a.clock,
+                        a.debt,
+                        available[account_id],
+                        a.next_grant_seq,
+                        a.next_entry_seq,
+                        new_versions[account_id],
+                    )
+                    for account_id, change in newest.items()
+                    if (a := change.account) is not None
+                ],
+            )
+        return new_versions
+
+
+class PostgresStore:
+    name = "postgres"
+
+    def __init__(self, url: str, min_connections: int, max_connections: int) -> None:
+        assert 1 <= min_connections <= max_connections
+        self._url = url
+        self._min = min_connections
+        self._max = max_connections
+        self._pool: asyncpg.Pool[Any] | None = None
+
+    @property
+    def pool(self) -> asyncpg.Pool[Any]:
+        assert self._pool is not None, "store is not open"
+        return self._pool
+
+    async def open(self) -> None:
+        self._pool = await asyncpg.create_pool(
+            self._url, min_size=self._min, max_size=self._max, command_timeout=60
+        )
+        async with self.pool.acquire() as conn:
+            await migrate(conn)
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[PgTransaction]:
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield PgTransaction(conn)
+
+    async def ping(self) -> None:
+        await self.pool.fetchval("SELECT 1")
+
+    async def read_account(self, account_id: str) -> AccountState | None:
+        row = await self.pool.fetchrow(
+            f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE account_id = $1", account_id
+        )
+        return None if row is None else _state(row)
+
+    async def read_live_batches(self, account_id: str) -> tuple[AccountState | None, list[Batch]]:
+        """The account and its live batches in consumption order, from one snapshot."""
+        async with (
+            self.pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            row = await conn.fetchrow(
+                f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE account_id = $1", account_id
+            )
+            if row is None:
+                return None, []
+            rows = await conn.fetch(
+                "SELECT grant_seq, expiry, remaining FROM batches WHERE account_id = $1 "
+                "ORDER BY expiry, grant_seq",
+                account_id,
+            )
+        return _state(row), [Batch(r["grant_seq"], r["expiry"], r["remaining"]) for r in rows]
+
+    async def read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
+        rows = await self.pool.fetch(
+            f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE account_id = $1 AND seq > $2 "
+            "ORDER BY seq LIMIT $3",
+            account_id,
+            after_seq,
+            limit,
+        )
+        return [_entry(r) for r in rows]
+
+    async def read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
+        row = await self.pool.fetchrow(
+            f"SELECT {_ENTRY_COLUMNS} FROM entries "
+            "WHERE account_id = $1 AND grant_seq = $2 AND kind = 'grant'",
+            account_id,
+            grant_seq,
+        )
+        return None if row is None else _entry(row)
+
+    async def prune_idempotency(self, min_created_at_s: float) -> int:
+        status = await self.pool.execute(
+            "DELETE FROM idempotency WHERE created_at_s < $1", min_created_at_s
+        )
+        return int(status.split()[-1])
+
+
+async def migrate(conn: Connection) -> list[int]:
+    """Apply the migrations this database lacks, in order; return the versions applied."""
+    applied: list[int] = []
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_ID)
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+        newest_known = MIGRATIONS[-1][0]
+        if done and max(done) > newest_known:
+            raise RuntimeError(
+                f"database schema version {max(done)} is newer than this service knows "
+                f"({newest_known}): upgrade the service"
+            )
+        for version, sql in MIGRATIONS:
+            if version not in done:
+                await conn.execute(sql)
+                await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+                applied.append(version)
+    return applied
