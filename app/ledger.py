@@ -89,14 +89,14 @@ class ServiceUnavailable(ServiceError):
         super().__init__(reason)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Allocation:
     grant_id: int
     expiry: int
     amount: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GrantReceipt:
     account_id: str
     grant_id: int
@@ -111,7 +111,7 @@ class GrantReceipt:
     retained: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConsumptionReceipt:
     account_id: str
     sequence: int
@@ -125,7 +125,7 @@ class ConsumptionReceipt:
     allocation: list[Allocation]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BalanceView:
     account_id: str
     timestamp: int
@@ -134,14 +134,14 @@ class BalanceView:
     debt: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LiveGrant:
     grant_id: int
     expiry: int
     remaining: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GrantView:
     account_id: str
     grant_id: int
@@ -158,7 +158,7 @@ MAX_BATCH_OPERATIONS = 10_000
 BATCH_SCOPE = ""  # idempotency scope of batches: no account id is empty
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GrantOp:
     account_id: str
     amount: int
@@ -166,14 +166,14 @@ class GrantOp:
     expiry: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConsumeOp:
     account_id: str
     amount: int
     timestamp: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BalanceOp:
     account_id: str
     timestamp: int | None
@@ -192,7 +192,7 @@ class BatchOutcome:
     body: bytes = b""  # the response body, as ``render`` made it
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Replay:
     """A stored response for a retried request: send it again, byte for byte."""
 
@@ -200,7 +200,7 @@ class Replay:
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Idempotency:
     key: str
     fingerprint: str
@@ -233,7 +233,7 @@ class _PendingKey:
     durable: asyncio.Future[None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Limits:
     """Bounds on what the ledger holds in memory; each refusal is a clear problem document."""
 

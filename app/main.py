@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -53,6 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ledger = build_ledger(settings)
         await ledger.start()
+        _tune_gc()
         app.state.ledger = ledger
         log.info("ledger ready: storage=%s", settings.storage)
         authenticator = Authenticator(settings.keys_path)
@@ -104,6 +106,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def _tune_gc() -> None:
+    """The ledger keeps many small long-lived objects (trackers, batches) and every request
+    makes short-lived ones. With CPython's default thresholds the cyclic collector runs
+    every 700 allocations and rescans the long-lived ones: a third of a batch's time in the
+    profile. Freeze what startup loaded and collect the young generation less often; the
+    service creates no reference cycles on its hot path, so little is left for the
+    collector to find."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
 
 
 async def _reload_keys_forever(authenticator: Authenticator) -> None:

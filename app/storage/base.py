@@ -18,6 +18,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+# Records here and in app.ledger are plain (not frozen) slotted dataclasses: they are made
+# several times per operation on the hot path, and a frozen dataclass's __init__ costs about
+# twice as much. Nothing mutates them after construction.
 from typing import Any, Protocol
 
 from app.domain import Batch, TrackerState
@@ -25,7 +29,7 @@ from app.domain import Batch, TrackerState
 JsonObject = dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
     """One ledger entry: a grant, a consumption or an expiration, with the totals after it."""
 
@@ -37,7 +41,7 @@ class Entry:
     details: JsonObject  # kind-specific members, JSON-serialisable
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class IdempotencyRecord:
     account_id: str
     key: str
@@ -47,7 +51,7 @@ class IdempotencyRecord:
     created_at_s: float  # wall clock, seconds since the epoch: drives retention only
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AccountRow:
     account_id: str
     clock: int
@@ -66,7 +70,7 @@ class Change:
     idempotency: IdempotencyRecord | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LoadedAccount:
     tracker_state: TrackerState
     next_entry_seq: int

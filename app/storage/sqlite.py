@@ -252,62 +252,61 @@ class SqliteStore:
         return group
 
     def _write(self, changes: list[Change]) -> None:
+        """One transaction for the whole group. Rows are gathered first and written with
+        one executemany per statement: far fewer calls into SQLite than one per change.
+
+        Batches: every upsert, in order, then every delete. That is the same end state as
+        applying the changes one by one, because a grant's batch, once removed (used up or
+        expired), never comes back: a batch upserted and later removed ends removed, and one
+        upserted several times ends with its newest ``remaining``."""
         conn = self._write_conn
         assert conn is not None, "store is not open"
         accounts: dict[str, tuple[str, int, int, int, int]] = {}
+        entries: list[tuple[object, ...]] = []
+        upserts: list[tuple[str, int, int, int]] = []
+        deletes: list[tuple[str, int]] = []
+        keys: list[tuple[object, ...]] = []
+        dumps = json.dumps
+        for change in changes:
+            r = change.idempotency
+            if r is not None:
+                keys.append(
+                    (r.account_id, r.key, r.fingerprint, r.status_code, r.body, r.created_at_s)
+                )
+            a = change.account
+            if a is None:
+                continue
+            account_id = a.account_id
+            # Only the newest row of an account matters.
+            accounts[account_id] = (account_id, a.clock, a.debt, a.next_grant_seq, a.next_entry_seq)
+            for e in change.entries:
+                details = e.details
+                entries.append(
+                    (
+                        account_id,
+                        e.seq,
+                        e.kind,
+                        e.timestamp,
+                        e.available,
+                        e.debt,
+                        details.get("grant_id") if e.kind == "grant" else None,
+                        dumps(details, separators=(",", ":")),
+                    )
+                )
+            for b in change.upserted_batches:
+                upserts.append((account_id, b.grant_seq, b.expiry, b.remaining))
+            for grant_seq in change.removed_grant_seqs:
+                deletes.append((account_id, grant_seq))
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for change in changes:
-                r = change.idempotency
-                if r is not None:
-                    conn.execute(
-                        _INSERT_IDEMPOTENCY,
-                        (r.account_id, r.key, r.fingerprint, r.status_code, r.body, r.created_at_s),
-                    )
-                a = change.account
-                if a is None:
-                    continue
-                account_id = a.account_id
-                # Only the newest row of an account matters; written once after the loop.
-                accounts[account_id] = (
-                    account_id,
-                    a.clock,
-                    a.debt,
-                    a.next_grant_seq,
-                    a.next_entry_seq,
-                )
-                if change.entries:
-                    conn.executemany(
-                        _INSERT_ENTRY,
-                        [
-                            (
-                                account_id,
-                                e.seq,
-                                e.kind,
-                                e.timestamp,
-                                e.available,
-                                e.debt,
-                                e.details.get("grant_id") if e.kind == "grant" else None,
-                                json.dumps(e.details, separators=(",", ":")),
-                            )
-                            for e in change.entries
-                        ],
-                    )
-                # Order matters within a change and across changes: an expired batch is
-                # removed and a new one added by the same grant; a batch added by one change
-                # may be drawn down by the next.
-                if change.removed_grant_seqs:
-                    conn.executemany(
-                        _DELETE_BATCH, [(account_id, s) for s in change.removed_grant_seqs]
-                    )
-                if change.upserted_batches:
-                    conn.executemany(
-                        _UPSERT_BATCH,
-                        [
-                            (account_id, b.grant_seq, b.expiry, b.remaining)
-                            for b in change.upserted_batches
-                        ],
-                    )
+            if keys:
+                conn.executemany(_INSERT_IDEMPOTENCY, keys)
+            if entries:
+                conn.executemany(_INSERT_ENTRY, entries)
+            if upserts:
+                conn.executemany(_UPSERT_BATCH, upserts)
+            if deletes:
+                conn.executemany(_DELETE_BATCH, deletes)
             conn.executemany(_UPSERT_ACCOUNT, accounts.values())
             conn.execute("COMMIT")
         except BaseException:

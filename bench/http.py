@@ -1,0 +1,312 @@
+"""HTTP load benchmark: the service against the framework's ceiling, in one run.
+
+Run: ``./scripts/bench-http`` (or ``.venv/bin/python bench/http.py [--seconds S] [--quick]``).
+Needs ``wrk`` (Debian package ``wrk``; the script says how to install it if it is missing).
+
+What it measures, each against a real server process started the way the README starts it,
+with wrk as the load generator (one thread: on a 2-core machine one core serves, one loads):
+
+1. ceiling: a bare FastAPI endpoint taking a body of the same shape as a grant
+   (``bench/bare_app.py``), 64 connections;
+2. single grants and consumptions (alternating, over 1,000 accounts), memory and sqlite
+   storage, 64 connections;
+3. the batch endpoint with 1,000 and 10,000 operations a request, sqlite storage.
+
+It prints requests/s, operations/s, p50, p99 and p99.9 latency, and the ratios the issue
+sets targets for. Machines here are shared and noisy: compare the ratios, not the absolutes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# This file is named http.py: drop its folder from the import path, or "import http.client"
+# (inside httpx) would find this script instead of the standard library's package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.server_process import ServerProcess, free_port  # noqa: E402
+
+ACCOUNTS = 1000
+FAR_EXPIRY = 10**15
+
+_DONE = """
+done = function(summary, latency, requests)
+  io.write(string.format("RESULT requests=%d seconds=%.3f p50=%.3f p99=%.3f p999=%.3f "
+    .. "errors=%d non2xx=%d\\n",
+    summary.requests, summary.duration / 1e6,
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+    latency:percentile(99.9) / 1000,
+    summary.errors.connect + summary.errors.read + summary.errors.write
+      + summary.errors.timeout,
+    summary.errors.status))
+end
+"""
+
+SINGLE_LUA = (
+    """
+counter = 0
+request = function()
+  counter = counter + 1
+  local account = "acct-" .. (counter % ACCOUNTS)
+  if counter % 2 == 0 then
+    return wrk.format("POST", "/v1/accounts/" .. account .. "/consumptions",
+      {["Content-Type"] = "application/json"}, '{"amount":3,"timestamp":1}')
+  end
+  return wrk.format("POST", "/v1/accounts/" .. account .. "/grants",
+    {["Content-Type"] = "application/json"},
+    '{"amount":5,"timestamp":1,"expiry":FAR_EXPIRY}')
+end
+""".replace("ACCOUNTS", str(ACCOUNTS)).replace("FAR_EXPIRY", str(FAR_EXPIRY))
+    + _DONE
+)
+
+GRANT_ONLY_LUA = (
+    """
+counter = 0
+request = function()
+  counter = counter + 1
+  return wrk.format("POST", "/v1/accounts/acct-" .. (counter % ACCOUNTS) .. "/grants",
+    {["Content-Type"] = "application/json"},
+    '{"amount":5,"timestamp":1,"expiry":FAR_EXPIRY}')
+end
+""".replace("ACCOUNTS", str(ACCOUNTS)).replace("FAR_EXPIRY", str(FAR_EXPIRY))
+    + _DONE
+)
+
+
+def batch_lua(operations: int) -> str:
+    ops = []
+    for i in range(operations):
+        account = f"acct-{i % ACCOUNTS}"
+        if i % 2 == 0:
+            ops.append(
+                {
+                    "op": "grant",
+                    "account_id": account,
+                    "amount": 5,
+                    "timestamp": 1,
+                    "expiry": FAR_EXPIRY,
+                }
+            )
+        else:
+            ops.append({"op": "consume", "account_id": account, "amount": 3, "timestamp": 1})
+    body = json.dumps({"operations": ops}, separators=(",", ":"))
+    return (
+        "body = [==[" + body + "]==]\n"
+        "request = function()\n"
+        '  return wrk.format("POST", "/v1/batch", {["Content-Type"] = "application/json"}, body)\n'
+        "end\n" + _DONE
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    name: str
+    requests_per_s: float
+    ops_per_s: float
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+    errors: int
+
+    def line(self) -> str:
+        return (
+            f"{self.name:<44} {self.requests_per_s:>9,.0f} req/s {self.ops_per_s:>10,.0f} ops/s"
+            f"  p50 {self.p50_ms:7.2f} ms  p99 {self.p99_ms:7.2f} ms  p99.9 {self.p999_ms:7.2f} ms"
+            + (f"  ERRORS {self.errors}" if self.errors else "")
+        )
+
+
+def run_wrk(
+    name: str, base_url: str, lua: str, seconds: float, connections: int, ops_per_request: int
+) -> Result:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(lua)
+        script = f.name
+    try:
+        out = subprocess.run(
+            [
+                "wrk",
+                "-t1",
+                f"-c{connections}",
+                f"-d{seconds:g}s",
+                "--timeout",
+                "10s",
+                "-s",
+                script,
+                base_url,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    finally:
+        os.unlink(script)
+    match = re.search(
+        r"RESULT requests=(\d+) seconds=([\d.]+) p50=([\d.]+) p99=([\d.]+) p999=([\d.]+) "
+        r"errors=(\d+) non2xx=(\d+)",
+        out,
+    )
+    assert match, out
+    requests, secs = int(match[1]), float(match[2])
+    return Result(
+        name,
+        requests / secs,
+        requests * ops_per_request / secs,
+        float(match[3]),
+        float(match[4]),
+        float(match[5]),
+        int(match[6]) + int(match[7]),
+    )
+
+
+def warm_up(base_url: str) -> None:
+    """Create the accounts first, so the measured runs do not include account creation."""
+    ops = [
+        {
+            "op": "grant",
+            "account_id": f"acct-{i}",
+            "amount": 10**6,
+            "timestamp": 1,
+            "expiry": FAR_EXPIRY,
+        }
+        for i in range(ACCOUNTS)
+    ]
+    r = httpx.post(f"{base_url}/v1/batch", json={"operations": ops}, timeout=60)
+    r.raise_for_status()
+
+
+def start_bare() -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    uvicorn = str(Path(sys.executable).parent / "uvicorn")
+    proc = subprocess.Popen(
+        [
+            uvicorn,
+            "bench.bare_app:app",
+            "--port",
+            str(port),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/openapi.json", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise TimeoutError("bare app did not start")
+        time.sleep(0.05)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0, help="per measurement")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--quick", action="store_true", help="3 s runs, a smoke test")
+    args = parser.parse_args()
+    seconds = 3.0 if args.quick else args.seconds
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed: apt-get install -y wrk")
+
+    results: dict[str, Result] = {}
+    bare, bare_url = start_bare()
+    try:
+        results["ceiling"] = run_wrk(
+            "ceiling: bare FastAPI, grant-shaped body",
+            bare_url,
+            GRANT_ONLY_LUA,
+            seconds,
+            args.connections,
+            1,
+        )
+    finally:
+        bare.terminate()
+        bare.wait()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for storage in ("memory", "sqlite"):
+            server = ServerProcess(Path(tmp) / storage, storage=storage)
+            server.start()
+            try:
+                warm_up(server.base_url)
+                results[f"grant-{storage}"] = run_wrk(
+                    f"single grants, {storage}",
+                    server.base_url,
+                    GRANT_ONLY_LUA,
+                    seconds,
+                    args.connections,
+                    1,
+                )
+                results[f"single-{storage}"] = run_wrk(
+                    f"single grants+consumptions, {storage}",
+                    server.base_url,
+                    SINGLE_LUA,
+                    seconds,
+                    args.connections,
+                    1,
+                )
+                if storage == "sqlite":
+                    for size, connections in ((1000, 8), (10_000, 2)):
+                        results[f"batch-{size}"] = run_wrk(
+                            f"batch of {size:,} ops, {storage}",
+                            server.base_url,
+                            batch_lua(size),
+                            seconds,
+                            connections,
+                            size,
+                        )
+            finally:
+                server.stop()
+
+    for r in results.values():
+        print(r.line())
+    ceiling = results["ceiling"].requests_per_s
+    memory = results["single-memory"].requests_per_s
+    sqlite = results["single-sqlite"].requests_per_s
+    print()
+    print(f"single ops, memory / bare FastAPI ceiling: {memory / ceiling:.2f} (target >= 0.85)")
+    print(
+        f"single grants only, memory / ceiling:      "
+        f"{results['grant-memory'].requests_per_s / ceiling:.2f}"
+    )
+    print(f"single ops, sqlite / memory:               {sqlite / memory:.2f} (target >= 0.60)")
+    print(
+        f"batch, sqlite, ops/s:                      "
+        f"{max(results['batch-1000'].ops_per_s, results['batch-10000'].ops_per_s):,.0f} "
+        "(target >= 100,000)"
+    )
+    print(
+        f"p99 at {args.connections} connections, memory:         "
+        f"{results['single-memory'].p99_ms:.2f} ms (target <= 25 ms)"
+    )
+
+
+if __name__ == "__main__":
+    main()
