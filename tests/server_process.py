@@ -36,8 +36,15 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, data_dir: Path, storage: str = "sqlite", port: int | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        storage: str = "sqlite",
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.data_dir = data_dir
+        self.extra_env = dict(env or {})
         self.storage = storage
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -50,6 +57,7 @@ class ServerProcess:
             **os.environ,
             "GPU_CREDITS_DATA_DIR": str(self.data_dir),
             "GPU_CREDITS_STORAGE": self.storage,
+            **self.extra_env,
         }
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
