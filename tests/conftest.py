@@ -3,6 +3,7 @@ process through httpx's ASGI transport with the lifespan running, and a real ser
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from fastapi import FastAPI
 
 from app.main import create_app
 from app.settings import Settings
+from tests.pg_server import PostgresServer, PostgresUnavailable, start_postgres
 from tests.server_process import ServerProcess
 
 BACKENDS = ["memory", "sqlite"]
@@ -50,3 +52,20 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL 15 server for the whole session (``tests.pg_server``): its
+    ``url`` is a default database, ``create_database(name)`` makes an empty one and returns
+    its URL. Skips only when the binaries are not installed, and never in CI (CI=true)."""
+    try:
+        server = start_postgres()
+    except PostgresUnavailable as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but PostgreSQL is not installed: {exc}")
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
