@@ -21,6 +21,7 @@ from typing import Any
 
 import uvicorn
 
+from app.api.http_protocol import ProblemHttpToolsProtocol
 from app.keys import Scope, create_key, load_records, revoke_key
 from app.main import create_app
 from app.settings import Settings
@@ -81,7 +82,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        http=ProblemHttpToolsProtocol,  # httptools, with problem documents for bad HTTP
         access_log=settings.access_log,
         log_level=settings.log_level,
         server_header=False,

@@ -84,6 +84,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=VERSION,
         description=DESCRIPTION,
         lifespan=lifespan,
+        # No 307 to the slash-less URL (built from the client's Host header): a trailing
+        # slash is an unknown route, answered 404 like any other.
+        redirect_slashes=False,
         openapi_tags=[
             {"name": "credits", "description": "Grants, consumption, balances, history."},
             {"name": "operations", "description": "Health."},

@@ -19,7 +19,7 @@ from typing import Final, TypeVar
 
 import asyncpg
 
-from app.domain import GPUCreditTracker, TrackerState
+from app.domain import GPUCreditTracker, LedgerError, TrackerState
 from app.ledger import (
     _R,
     BATCH_SCOPE,
@@ -39,6 +39,7 @@ from app.ledger import (
     LiveGrant,
     Operation,
     Replay,
+    ServiceError,
     ServiceUnavailable,
     _Account,
 )
@@ -96,6 +97,8 @@ class SharedLedger(Ledger):
             async with account.lock:  # one transaction per account at a time in this process
                 try:
                     return await self._write_locked(account_id, account, idempotency, apply)
+                except (LedgerError, ServiceError):
+                    raise  # refused before anything changed: the cached tracker is intact
                 except BaseException:
                     self._versions.pop(account_id, None)  # the cache may be ahead of the db
                     raise
@@ -165,6 +168,8 @@ class SharedLedger(Ledger):
                 async with account.lock:
                     try:
                         return await self._advance_locked(account_id, account, timestamp)
+                    except (LedgerError, ServiceError):
+                        raise
                     except BaseException:
                         self._versions.pop(account_id, None)
                         raise

@@ -195,16 +195,6 @@ def _integer_schemas(schema: Any) -> Iterator[dict[str, Any]]:
                 yield from _integer_schemas({**schema, **alternative, key: []})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: the committed OpenAPI file gives the bounds of the integer parameters "
-        "(balance ?timestamp, ledger ?after and ?limit, path grant_id) as 'ge'/'le', which are "
-        "not JSON Schema keywords, instead of 'minimum'/'maximum': to a generated client or "
-        "validator they are unbounded, so e.g. GET .../balance?timestamp=-1 conforms to the "
-        "file but is answered 422 (schemathesis' positive generation sends such requests)"
-    ),
-)
 def test_parameter_bounds_are_json_schema_keywords() -> None:
     doc = json.loads(OPENAPI_FILE.read_text())
     offenders: list[str] = []

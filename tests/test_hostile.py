@@ -197,26 +197,6 @@ class NotAProblemDocument(AssertionError):
     of this kind cannot hide any other)."""
 
 
-BUG_PARSER_400 = pytest.mark.xfail(
-    strict=True,
-    raises=NotAProblemDocument,
-    reason=(
-        "BUG: requests rejected by uvicorn's HTTP parser (httptools) get uvicorn's own "
-        "`400 text/plain 'Invalid HTTP request received.'`, not an RFC 9457 problem document "
-        "(SPEC section 3: every error is one); nothing changes, but a client cannot parse the "
-        "error"
-    ),
-)
-
-BUG_TRAILING_SLASH = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a trailing slash on any route (POST /v1/accounts/victim/grants/) is answered "
-        "307 Temporary Redirect (FastAPI's redirect_slashes), not a 404 problem document, and "
-        "the Location is built from the client's Host header (http://evil.example/...)"
-    ),
-)
-
 DEEP = b'{"amount": ' + b"[" * 10_000 + b"]" * 10_000 + b', "timestamp": 20, "expiry": 100}'
 PADDED = b'{"amount": 5, "timestamp": 20, "expiry": 100, "pad": "' + b"x" * (BODY_CAP + 16_384)
 PADDED += b'"}'
@@ -449,7 +429,6 @@ CATALOGUE: list[Hostile] = [
         404,
         raw=True,
         headers=(*JSON_CT, ("Host", "evil.example")),
-        marks=(BUG_TRAILING_SLASH,),
     ),
     Hostile("path-backslash", "POST", "/v1/accounts/victim%5Cgrants", grant_body(), 404, raw=True),
     Hostile(
@@ -528,7 +507,6 @@ CATALOGUE: list[Hostile] = [
         status=400,
         raw=True,
         content_length="abc",
-        marks=(BUG_PARSER_400,),
     ),
     Hostile(
         "content-length-negative",
@@ -538,7 +516,6 @@ CATALOGUE: list[Hostile] = [
         status=400,
         raw=True,
         content_length="-1",
-        marks=(BUG_PARSER_400,),
     ),
     Hostile(
         "content-length-19-digits",
@@ -574,7 +551,6 @@ CATALOGUE: list[Hostile] = [
         status=400,
         raw=True,
         headers=(*JSON_CT, ("Content-Length", "3")),
-        marks=(BUG_PARSER_400,),
     ),
     Hostile(
         "content-length-and-chunked",
@@ -585,7 +561,6 @@ CATALOGUE: list[Hostile] = [
         raw=True,
         chunked=True,
         headers=(*JSON_CT, ("Content-Length", "5")),
-        marks=(BUG_PARSER_400,),
     ),
     # -- Idempotency-Key ------------------------------------------------------------------
     Hostile(
@@ -604,7 +579,6 @@ CATALOGUE: list[Hostile] = [
         status=400,
         headers=(*JSON_CT, ("Idempotency-Key", "retry\x011")),
         raw=True,
-        marks=(BUG_PARSER_400,),
     ),
     Hostile(
         "idempotency-key-latin1",

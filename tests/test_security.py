@@ -444,16 +444,6 @@ def test_keys_created_and_revoked_while_running_take_effect(secured: Secured) ->
         assert_unauthenticated(http.get(probe))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: revoking the last API key turns authentication off while the service runs "
-        "(Authenticator.enabled is len(ring) > 0, re-evaluated on every key-file reload): "
-        "after `keys revoke` of the only key, requests without any key and with the revoked "
-        "key are served (200/201/404 instead of 401), even on a non-loopback address that "
-        "`serve` would have refused to open without keys"
-    ),
-)
 def test_revoking_the_last_key_does_not_turn_authentication_off(
     tmp_path: Path, serve_factory: Callable[..., Serve]
 ) -> None:

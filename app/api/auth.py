@@ -49,11 +49,15 @@ class Authenticator:
         self._path = path
         self._mtime_ns: int | None = None
         self.ring = KeyRing([])
+        # Once a key file has been seen, authentication stays on for the life of the
+        # process: revoking the last key (or losing the file) must lock everyone out, not
+        # let everyone in.
+        self._required = False
         self.reload_if_changed()
 
     @property
     def enabled(self) -> bool:
-        return len(self.ring) > 0
+        return self._required
 
     def reload_if_changed(self) -> bool:
         try:
@@ -62,10 +66,15 @@ class Authenticator:
             mtime_ns = None
         if mtime_ns == self._mtime_ns:
             return False
+        if mtime_ns is None:
+            # The file went away: keep the keys in force rather than guess.
+            self._mtime_ns = None
+            return False
         # A broken file raises here and keeps the previous ring: failing closed would lock
         # every client out, failing open would let everyone in; keeping the old keys is safer.
         self.ring = KeyRing(load_records(self._path))
         self._mtime_ns = mtime_ns
+        self._required = True
         log.info("API keys loaded: %d key(s) from %s", len(self.ring), self._path)
         return True
 

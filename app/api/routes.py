@@ -265,7 +265,6 @@ async def get_balance(
     request: Request,
     timestamp: Annotated[
         int | None,
-        QueryInt,
         Query(
             ge=0,
             le=MAX_VALUE,
@@ -274,6 +273,7 @@ async def get_balance(
                 "the account's latest timestamp, changing nothing."
             ),
         ),
+        QueryInt,  # after Query: the bounds then publish as minimum/maximum
     ] = None,
 ) -> Any:
     """`balance` = active credits - outstanding debt. Unknown accounts are 404."""
@@ -309,7 +309,7 @@ async def list_grants(account_id: AccountId, request: Request) -> Any:
 @requires(Scope.READ)
 async def get_grant(
     account_id: AccountId,
-    grant_id: Annotated[int, QueryInt, Path(ge=1, le=MAX_VALUE)],
+    grant_id: Annotated[int, Path(ge=1, le=MAX_VALUE), QueryInt],
     request: Request,
 ) -> Any:
     return await _ledger(request).grant_view(account_id, grant_id)
@@ -341,11 +341,11 @@ async def list_ledger_entries(
     request: Request,
     after: Annotated[
         int,
-        QueryInt,
         Query(ge=0, le=MAX_VALUE, description="Return entries with sequence > after."),
+        QueryInt,
     ] = 0,
     limit: Annotated[
-        int, QueryInt, Query(ge=1, le=LEDGER_PAGE_MAX, description="Page size, 1 to 1000.")
+        int, Query(ge=1, le=LEDGER_PAGE_MAX, description="Page size, 1 to 1000."), QueryInt
     ] = 100,
 ) -> Any:
     """Every change to the account in order (grants, consumptions, expirations), each with
