@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.ledger import BatchOutcome, GrantOp, Ledger  # noqa: E402
-from app.storage.sqlite import SqliteStore  # noqa: E402
+from app.ledger import BatchOutcome, GrantOp, Ledger
+from app.storage.sqlite import SqliteStore
 
 PAGE_BYTES = 4096
 CHUNK = 10_000

@@ -14,8 +14,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.main import create_app  # noqa: E402
-from app.settings import Settings  # noqa: E402
+from app.main import create_app
+from app.settings import Settings
 
 OPENAPI_PATH = ROOT / "openapi" / "openapi.json"
 
