@@ -3,8 +3,9 @@ process through httpx's ASGI transport with the lifespan running, and a real ser
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -16,11 +17,14 @@ from app.settings import Settings
 from tests.pg_server import PostgresServer, PostgresUnavailable, start_postgres
 from tests.server_process import ServerProcess
 
-BACKENDS = ["memory", "sqlite"]
+# The backend-agnostic suite: every test that takes ``client`` runs against each of these,
+# postgres on a real throwaway server (a fresh database per test).
+BACKENDS = ["memory", "sqlite", "postgres"]
+_database_counter = itertools.count()
 
 
-def make_settings(storage: str, data_dir: Path) -> Settings:
-    return Settings(storage=storage, data_dir=data_dir)
+def make_settings(storage: str, data_dir: Path, database_url: str | None = None) -> Settings:
+    return Settings(storage=storage, data_dir=data_dir, database_url=database_url)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -30,8 +34,28 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def app(backend: str, tmp_path: Path) -> FastAPI:
-    return create_app(make_settings(backend, tmp_path / "data"))
+def new_database_url(backend: str, request: pytest.FixtureRequest) -> Callable[[], str | None]:
+    """Makes a fresh, empty database per call when the backend is postgres (None otherwise),
+    for tests that run several apps one after the other."""
+
+    def make() -> str | None:
+        if backend != "postgres":
+            return None
+        server: PostgresServer = request.getfixturevalue("postgres_url")
+        return server.create_database(f"t{os.getpid()}_{next(_database_counter)}")
+
+    return make
+
+
+@pytest.fixture
+def database_url(new_database_url: Callable[[], str | None]) -> str | None:
+    """A fresh, empty database when the backend is postgres; None otherwise."""
+    return new_database_url()
+
+
+@pytest.fixture
+def app(backend: str, tmp_path: Path, database_url: str | None) -> FastAPI:
+    return create_app(make_settings(backend, tmp_path / "data", database_url))
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import json
 import random
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -527,10 +527,10 @@ async def test_body_over_the_default_batch_cap_is_413(client: httpx.AsyncClient)
 
 
 async def test_batch_cap_is_a_setting(
-    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    backend: str, tmp_path: Path, database_url: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GPU_CREDITS_MAX_BATCH_BODY_BYTES", "2048")
-    app = create_app(make_settings(backend, tmp_path / "data"))
+    app = create_app(make_settings(backend, tmp_path / "data", database_url))
     async with running(app) as cl:
         ops = [g("a", 1, 0, 5)]
         problem = assert_problem(await _post_raw(cl, _padded(ops, 2049)), 413)
@@ -784,12 +784,17 @@ async def test_concurrent_overlapping_batches(client: httpx.AsyncClient) -> None
 
 
 async def test_account_limit_in_a_batch_is_as_for_single_calls(
-    backend: str, tmp_path: Path
+    backend: str, tmp_path: Path, new_database_url: Callable[[], str | None]
 ) -> None:
     ops = [b("n-ghost", 1), g("n-z", 1, 0, 5), g("n-a", 1, 0, 5), b("n-a")]
 
     async def results(where: str, batched: bool) -> list[JSON]:
-        settings = Settings(storage=backend, data_dir=tmp_path / where, max_accounts=2)
+        settings = Settings(
+            storage=backend,
+            data_dir=tmp_path / where,
+            max_accounts=2,
+            database_url=new_database_url(),
+        )
         async with running(create_app(settings)) as cl:
             ok(await single(cl, g("old", 1, 0, 5)), 201)
             if batched:
