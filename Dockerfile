@@ -33,8 +33,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN groupadd --system --gid 10001 app \
     && useradd --system --no-log-init --uid 10001 --gid app \
         --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin app \
-    && mkdir -p /data \
-    && chown app:app /data
+    && mkdir -p /data /keys \
+    && chown app:app /data /keys
 
 COPY --from=build /opt/venv /opt/venv
 
