@@ -312,8 +312,9 @@ def test_batch_through_generated_client(gen: Generated, client: Any) -> None:
     assert problem.type_
     assert problem.title
     assert problem.detail
-    assert problem["operation_index"] == 1
-    inner = problem["operation_problem"]
+    # Declared members of Problem: typed attributes of the generated model.
+    assert problem.operation_index == 1
+    inner = problem.operation_problem.to_dict()
     assert isinstance(inner, dict)
     assert inner["status"] == 409
     assert inner["account_timestamp"] == 13
