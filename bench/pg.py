@@ -29,7 +29,8 @@ from tests.pg_server import start_postgres
 from tests.server_process import ServerProcess
 
 _spec = importlib.util.spec_from_file_location("bench_http", ROOT / "bench" / "http.py")
-assert _spec is not None and _spec.loader is not None
+assert _spec is not None
+assert _spec.loader is not None
 bench_http = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_http)
 
@@ -55,9 +56,7 @@ def measure(urls: list[str], lua: str, seconds: float, connections: int) -> tupl
     results: list[object] = [None] * len(urls)
 
     def run(i: int, url: str) -> None:
-        results[i] = bench_http.run_wrk(
-            "pg", url, lua, seconds, connections // len(urls), 1
-        )
+        results[i] = bench_http.run_wrk("pg", url, lua, seconds, connections // len(urls), 1)
 
     threads = [threading.Thread(target=run, args=(i, u)) for i, u in enumerate(urls)]
     for t in threads:
