@@ -331,6 +331,13 @@ def main() -> None:
                     args.connections,
                     1,
                 )
+                if storage == "memory":
+                    # Latency below saturation: at half the throughput just measured.
+                    rate = results[f"single-{storage}"].requests_per_s / 2
+                    fixed[storage] = (
+                        rate,
+                        *fixed_rate_latency(server.base_url, rate, seconds, args.connections),
+                    )
                 if storage == "sqlite":
                     for size, connections in ((1000, 8), (10_000, 2)):
                         results[f"batch-{size}"] = run_wrk(
