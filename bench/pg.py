@@ -32,6 +32,7 @@ _spec = importlib.util.spec_from_file_location("bench_http", ROOT / "bench" / "h
 assert _spec is not None
 assert _spec.loader is not None
 bench_http = importlib.util.module_from_spec(_spec)
+sys.modules["bench_http"] = bench_http  # dataclasses look their module up there
 _spec.loader.exec_module(bench_http)
 
 HOT_LUA = (
