@@ -211,6 +211,24 @@ class Idempotency:
 _R = TypeVar("_R", GrantReceipt, ConsumptionReceipt)
 
 
+def grant_view_of(account_id: str, grant_id: int, entry: Entry | None, remaining: int) -> GrantView:
+    """One grant as getGrant shows it: its ledger entry plus what is left of it now."""
+    if entry is None:
+        raise GrantNotFound(account_id, grant_id)
+    d = entry.details
+    return GrantView(
+        account_id=account_id,
+        grant_id=grant_id,
+        sequence=entry.seq,
+        timestamp=entry.timestamp,
+        amount=d["amount"],
+        expiry=d["expiry"],
+        settled_debt=d["settled_debt"],
+        retained=d["retained"],
+        remaining=remaining,
+    )
+
+
 def fingerprint(operation: str, account_id: str, body: JsonObject) -> str:
     canonical = json.dumps([operation, account_id, body], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -627,20 +645,7 @@ class Ledger:
                     remaining = batch.remaining
         await self._await_durable(fut)
         entry = await self._store.read_grant_entry(account_id, grant_id)
-        if entry is None:
-            raise GrantNotFound(account_id, grant_id)
-        d = entry.details
-        return GrantView(
-            account_id=account_id,
-            grant_id=grant_id,
-            sequence=entry.seq,
-            timestamp=entry.timestamp,
-            amount=d["amount"],
-            expiry=d["expiry"],
-            settled_debt=d["settled_debt"],
-            retained=d["retained"],
-            remaining=remaining,
-        )
+        return grant_view_of(account_id, grant_id, entry, remaining)
 
     async def entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
         self._check_serving()
@@ -772,8 +777,11 @@ class Ledger:
         if fut is None:
             return
         try:
-            # shield: a client that disconnects must not cancel a commit others wait for.
-            await asyncio.shield(fut)
+            if fut.done():
+                fut.result()  # already durable (or failed): no need to wait or shield
+            else:
+                # shield: a client that disconnects must not cancel a commit others wait on.
+                await asyncio.shield(fut)
         except StorageError as exc:
             self._failure = f"storage failed, restart required: {exc}"
             raise ServiceUnavailable(self._failure) from exc

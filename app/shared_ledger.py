@@ -29,7 +29,6 @@ from app.ledger import (
     BalanceView,
     BatchOutcome,
     ConsumptionReceipt,
-    GrantNotFound,
     GrantReceipt,
     GrantView,
     Idempotency,
@@ -42,6 +41,7 @@ from app.ledger import (
     ServiceError,
     ServiceUnavailable,
     _Account,
+    grant_view_of,
 )
 from app.storage.base import Change, Entry
 from app.storage.postgres import AccountState, PgTransaction, PostgresStore
@@ -300,20 +300,7 @@ class SharedLedger(Ledger):
         _, grants = await self.live_grants(account_id)  # 404 for an unknown account
         remaining = next((g.remaining for g in grants if g.grant_id == grant_id), 0)
         entry = await self._read(self._pg.read_grant_entry(account_id, grant_id))
-        if entry is None:
-            raise GrantNotFound(account_id, grant_id)
-        d = entry.details
-        return GrantView(
-            account_id=account_id,
-            grant_id=grant_id,
-            sequence=entry.seq,
-            timestamp=entry.timestamp,
-            amount=d["amount"],
-            expiry=d["expiry"],
-            settled_debt=d["settled_debt"],
-            retained=d["retained"],
-            remaining=remaining,
-        )
+        return grant_view_of(account_id, grant_id, entry, remaining)
 
     async def entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
         if await self._read(self._pg.read_account(account_id)) is None:
