@@ -1,12 +1,12 @@
 """In-memory backend: explicit opt-in for ephemeral use and fast tests. Nothing survives the
-process; ``submit`` completes at once because there is no disk to wait for."""
+process; ``submit`` completes on the next loop turn because there is no disk to wait for."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
 
-from app.storage.base import Change, Entry, IdempotencyRecord, LoadedState
+from app.storage.base import Change, Entry, LoadedState
 
 
 class MemoryStore:
@@ -15,7 +15,6 @@ class MemoryStore:
     def __init__(self) -> None:
         self._entries: dict[str, list[Entry]] = {}
         self._grant_entries: dict[tuple[str, int], Entry] = {}
-        self._idempotency: dict[tuple[str, str], IdempotencyRecord] = {}
 
     async def open(self, idempotency_min_created_at_s: float) -> LoadedState:
         return LoadedState()
@@ -31,9 +30,6 @@ class MemoryStore:
                 entries.append(entry)
                 if entry.kind == "grant":
                     self._grant_entries[(account_id, entry.details["grant_id"])] = entry
-            if change.idempotency is not None:
-                record = change.idempotency
-                self._idempotency[(record.account_id, record.key)] = record
         # Completes on the next turn of the event loop, not at once: a request that never
         # yields runs start to finish inside the turn that read it, and under load that
         # starves other connections (measured: p99 at 64 connections 330 ms this way, 40 ms
@@ -51,10 +47,7 @@ class MemoryStore:
         return self._grant_entries.get((account_id, grant_seq))
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
-        old = [k for k, r in self._idempotency.items() if r.created_at_s < min_created_at_s]
-        for k in old:
-            del self._idempotency[k]
-        return len(old)
+        return 0  # the ledger holds the keys itself; nothing is stored here
 
     async def close(self) -> None:
         return None
