@@ -382,7 +382,7 @@ class Ledger:
             self._release_writer(account_id, account)
         await self._await_durable(fut)
         if pending is not None:
-            return Replay(pending.record.status_code, pending.record.body)
+            return await self._replay(pending)
         return receipt
 
     async def balance(self, account_id: str, timestamp: int | None) -> BalanceView:
@@ -467,7 +467,7 @@ class Ledger:
             await self._await_durable(earlier)
         await self._await_durable(fut)
         if pending is not None:
-            return Replay(pending.record.status_code, pending.record.body)
+            return await self._replay(pending)
         return outcome
 
     def _apply_batch(
@@ -770,8 +770,25 @@ class Ledger:
 
     def _remember_key(self, record: IdempotencyRecord | None, fut: asyncio.Future[None]) -> None:
         """From now on a retry with this key waits for ``fut`` and replays the answer."""
-        if record is not None:
-            self._keys[(record.account_id, record.key)] = _PendingKey(record, fut)
+        if record is None:
+            return
+        self._keys[(record.account_id, record.key)] = _PendingKey(record, fut)
+        if self._store.persists_idempotency_bodies:
+            # Once durable, the body is on disk: hold only what matching a retry needs.
+            def forget_body(done: asyncio.Future[None]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    record.body = None
+
+            fut.add_done_callback(forget_body)
+
+    async def _replay(self, pending: _PendingKey) -> Replay:
+        record = pending.record
+        body = record.body
+        if body is None:
+            body = await self._store.read_idempotency_body(record.account_id, record.key)
+        if body is None:  # pruned from disk between the match and the read: rare, retryable
+            raise ServiceUnavailable("the idempotency record expired meanwhile; retry")
+        return Replay(record.status_code, body)
 
     async def _await_durable(self, fut: asyncio.Future[None] | None) -> None:
         if fut is None:

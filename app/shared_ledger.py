@@ -43,7 +43,7 @@ from app.ledger import (
     _Account,
     grant_view_of,
 )
-from app.storage.base import Change, Entry
+from app.storage.base import Change, Entry, IdempotencyRecord
 from app.storage.postgres import AccountState, PgTransaction, PostgresStore
 
 # Connection-level failures (the database went away): answered with 503, and the process
@@ -51,6 +51,11 @@ from app.storage.postgres import AccountState, PgTransaction, PostgresStore
 _DATABASE_DOWN = (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError)
 READY_TIMEOUT_S: Final = 2.0
 _T = TypeVar("_T")
+
+
+def _replay_of(record: IdempotencyRecord) -> Replay:
+    assert record.body is not None, "records read from PostgreSQL carry their body"
+    return Replay(record.status_code, record.body)
 
 
 def _view_of(state: AccountState) -> BalanceView:
@@ -132,7 +137,7 @@ class SharedLedger(Ledger):
                         raise IdempotencyKeyReused(idempotency.key)
                     if created:
                         await tx.settle_accounts(0, [account_id])
-                    return Replay(record.status_code, record.body)
+                    return _replay_of(record)
             await self._sync(tx, states)
             change, receipt = apply(account)
             if idempotency is not None:
@@ -243,7 +248,7 @@ class SharedLedger(Ledger):
                 if record is not None:
                     if record.fingerprint != idempotency.fingerprint:
                         raise IdempotencyKeyReused(idempotency.key)
-                    return Replay(record.status_code, record.body)
+                    return _replay_of(record)
             states = await tx.lock_accounts(account_ids)
             # Rows for accounts the batch may create, locked now so no other process can
             # create them under us; the ones no operation ends up creating are removed.

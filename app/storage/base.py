@@ -47,7 +47,9 @@ class IdempotencyRecord:
     key: str
     fingerprint: str  # hash of the operation and its body: a retry must match it
     status_code: int
-    body: bytes  # the exact response body, replayed byte for byte
+    # The exact response body, replayed byte for byte; None once it is durable in a backend
+    # that keeps it (the ledger then reads it back on a replay instead of holding it).
+    body: bytes | None
     created_at_s: float  # wall clock, seconds since the epoch: drives retention only
 
 
@@ -94,6 +96,14 @@ class Store(Protocol):
     async def open(self, idempotency_min_created_at_s: float) -> LoadedState:
         """Open the backend and return every account's state and the idempotency records
         created at or after ``idempotency_min_created_at_s`` (older ones may be dropped)."""
+        ...
+
+    # True when committed idempotency bodies can be read back with read_idempotency_body,
+    # so the ledger need not keep them in memory.
+    persists_idempotency_bodies: bool
+
+    async def read_idempotency_body(self, scope: str, key: str) -> bytes | None:
+        """The stored response body of a committed idempotency record, if any."""
         ...
 
     def submit(self, changes: Sequence[Change]) -> asyncio.Future[None]:

@@ -11,6 +11,7 @@ from app.storage.base import Change, Entry, LoadedState
 
 class MemoryStore:
     name = "memory"
+    persists_idempotency_bodies = False  # the ledger keeps them: there is nowhere else
 
     def __init__(self) -> None:
         self._entries: dict[str, list[Entry]] = {}
@@ -45,6 +46,9 @@ class MemoryStore:
 
     async def read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
         return self._grant_entries.get((account_id, grant_seq))
+
+    async def read_idempotency_body(self, scope: str, key: str) -> bytes | None:
+        return None
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         return 0  # the ledger holds the keys itself; nothing is stored here

@@ -128,6 +128,7 @@ def _entry_from_row(row: tuple[Any, ...]) -> Entry:
 
 class SqliteStore:
     name = "sqlite"
+    persists_idempotency_bodies = True
 
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -175,12 +176,14 @@ class SqliteStore:
             state.accounts[account_id] = LoadedAccount(tracker_state, next_entry_seq)
         if batches:
             raise StorageError(f"batches without an account row: {sorted(batches)[:5]}")
+        # Bodies stay on disk (read back on a replay): startup time and memory then grow
+        # with the number of keys, not with the size of their answers.
         for row in conn.execute(
-            "SELECT account_id, key, fingerprint, status_code, body, created_at_s FROM idempotency"
+            "SELECT account_id, key, fingerprint, status_code, created_at_s FROM idempotency"
         ):
-            account_id, key, fp, status_code, body, created_at_s = row
+            account_id, key, fp, status_code, created_at_s = row
             state.idempotency.append(
-                IdempotencyRecord(account_id, key, fp, status_code, bytes(body), created_at_s)
+                IdempotencyRecord(account_id, key, fp, status_code, None, created_at_s)
             )
         return state
 
@@ -347,6 +350,18 @@ class SqliteStore:
             (account_id, grant_seq),
         ).fetchone()
         return None if row is None else _entry_from_row(row)
+
+    async def read_idempotency_body(self, scope: str, key: str) -> bytes | None:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reader, self._read_idempotency_body, scope, key)
+
+    def _read_idempotency_body(self, scope: str, key: str) -> bytes | None:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        row = conn.execute(
+            "SELECT body FROM idempotency WHERE account_id = ? AND key = ?", (scope, key)
+        ).fetchone()
+        return None if row is None else bytes(row[0])
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         loop = asyncio.get_running_loop()
