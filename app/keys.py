@@ -12,6 +12,8 @@ so creating or revoking a key takes effect without a restart.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import hmac
 import json
@@ -19,6 +21,7 @@ import os
 import secrets
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -132,21 +135,36 @@ def save_records(path: Path, records: list[KeyRecord]) -> None:
         raise
 
 
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Serialise read-modify-write of the key file between concurrent commands: without it
+    two `keys create` lose one key, and a `keys revoke` can be undone."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
 def create_key(
     path: Path, name: str, scopes: tuple[Scope, ...], account_prefix: str
 ) -> tuple[str, KeyRecord]:
-    records = load_records(path)
-    if len(records) >= MAX_KEYS:
-        raise KeyFileError(f"{path}: already holds {MAX_KEYS} keys; revoke some first")
-    key, record = new_key(name, scopes, account_prefix, time.time())
-    save_records(path, [*records, record])
+    with _locked(path):
+        records = load_records(path)
+        if len(records) >= MAX_KEYS:
+            raise KeyFileError(f"{path}: already holds {MAX_KEYS} keys; revoke some first")
+        key, record = new_key(name, scopes, account_prefix, time.time())
+        save_records(path, [*records, record])
     return key, record
 
 
 def revoke_key(path: Path, key_id: str) -> bool:
-    records = load_records(path)
-    kept = [r for r in records if r.key_id != key_id]
-    if len(kept) == len(records):
-        return False
-    save_records(path, kept)
+    with _locked(path):
+        records = load_records(path)
+        kept = [r for r in records if r.key_id != key_id]
+        if len(kept) == len(records):
+            return False
+        save_records(path, kept)
     return True

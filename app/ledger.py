@@ -155,7 +155,13 @@ class GrantView:
 
 
 MAX_BATCH_OPERATIONS = 10_000
-BATCH_SCOPE = ""  # idempotency scope of batches: no account id is empty
+BATCH_SCOPE = "/batch"  # idempotency scope of batches; "/" is in no account id
+
+
+def batch_scope(api_key_id: str | None) -> str:
+    """Batch keys are scoped to the API key that sent them (one tenant's key names say
+    nothing about, and cannot block, another's)."""
+    return BATCH_SCOPE if api_key_id is None else f"{BATCH_SCOPE}/{api_key_id}"
 
 
 @dataclass(slots=True)
@@ -206,6 +212,7 @@ class Idempotency:
     fingerprint: str
     status_code: int  # the status the first response is sent with
     render: Callable[[Any], bytes]  # the first response's body, from the receipt
+    scope: str = BATCH_SCOPE  # for batches only; single operations are scoped to the account
 
 
 _R = TypeVar("_R", GrantReceipt, ConsumptionReceipt)
@@ -431,7 +438,8 @@ class Ledger:
             for account_id in sorted(accounts):
                 await accounts[account_id].lock.acquire()
                 locked.append(accounts[account_id])
-            pending = self._find_replay(BATCH_SCOPE, idempotency)
+            scope = idempotency.scope if idempotency is not None else BATCH_SCOPE
+            pending = self._find_replay(scope, idempotency)
             if pending is not None:
                 fut: asyncio.Future[None] | None = pending.durable
                 waits: list[asyncio.Future[None]] = []
@@ -444,13 +452,11 @@ class Ledger:
                 # Reads in the batch must not answer before earlier changes of their accounts.
                 waits = [a.durable for a in accounts.values() if a.durable is not None]
                 outcome.body = render(outcome)
-                if idempotency is not None and outcome.failed_index is None:
-                    # Kept even when nothing changed: a retry must replay, not run again.
-                    record = self._key_record(BATCH_SCOPE, idempotency, outcome.body)
-                    if changes:
-                        changes[-1].idempotency = record
-                    else:
-                        changes.append(Change(account=None, idempotency=record))
+                if idempotency is not None and changes:
+                    # Kept with what the batch changed. A batch that changed nothing (only
+                    # reads, or every operation refused) left no trace, like a failed
+                    # single request: a retry runs it again, and it stores nothing.
+                    changes[-1].idempotency = self._key_record(scope, idempotency, outcome.body)
                 fut = None
                 if changes:
                     fut = self._store.submit(changes)

@@ -22,7 +22,6 @@ import asyncpg
 from app.domain import GPUCreditTracker, LedgerError, TrackerState
 from app.ledger import (
     _R,
-    BATCH_SCOPE,
     MAX_BATCH_OPERATIONS,
     AccountLimit,
     AccountNotFound,
@@ -46,9 +45,17 @@ from app.ledger import (
 from app.storage.base import Change, Entry, IdempotencyRecord
 from app.storage.postgres import AccountState, PgTransaction, PostgresStore
 
-# Connection-level failures (the database went away): answered with 503, and the process
-# keeps serving once the database is back; nothing was committed by a failed transaction.
-_DATABASE_DOWN = (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError)
+# Failures of the database rather than of the request: it went away, is starting up or
+# shutting down, has no connection slot left, or aborted the transaction (deadlock,
+# serialization). Answered with 503 (retry); nothing was committed by a failed transaction.
+_DATABASE_DOWN = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InsufficientResourcesError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.TransactionRollbackError,
+)
 READY_TIMEOUT_S: Final = 2.0
 _T = TypeVar("_T")
 
@@ -244,7 +251,7 @@ class SharedLedger(Ledger):
     ) -> BatchOutcome | Replay:
         async with self._pg.transaction() as tx:
             if idempotency is not None:
-                record = await tx.lock_key(BATCH_SCOPE, idempotency.key)
+                record = await tx.lock_key(idempotency.scope, idempotency.key)
                 if record is not None:
                     if record.fingerprint != idempotency.fingerprint:
                         raise IdempotencyKeyReused(idempotency.key)
@@ -275,12 +282,10 @@ class SharedLedger(Ledger):
 
             outcome, changes = self._apply_batch(operations, atomic, accounts, create)
             outcome.body = render(outcome)
-            if idempotency is not None and outcome.failed_index is None:
-                record = self._key_record(BATCH_SCOPE, idempotency, outcome.body)
-                if changes:
-                    changes[-1].idempotency = record
-                else:
-                    changes.append(Change(account=None, idempotency=record))
+            if idempotency is not None and changes:  # as Ledger.batch: only with changes
+                changes[-1].idempotency = self._key_record(
+                    idempotency.scope, idempotency, outcome.body
+                )
             used = {a for a in created if locals_[a].next_entry_seq > 1}
             all_states = {**states, **placeholders}
             touched = {c.account.account_id for c in changes if c.account is not None}

@@ -85,6 +85,8 @@ def problem_response(
     status: int | None = None,
     **extra: Any,
 ) -> JSONResponse:
+    # A detail can quote the caller's input; keep it encodable whatever that input was.
+    detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
     body = Problem(
         type=kind.uri, title=kind.title, status=status or kind.status, detail=detail, **extra
     )

@@ -49,6 +49,7 @@ from app.ledger import (
     Operation,
     Replay,
     ServiceUnavailable,
+    batch_scope,
     fingerprint,
 )
 from app.storage.base import Entry
@@ -502,7 +503,8 @@ async def apply_batch(
     key = idempotency_key(request)
     if key is not None:
         fp = fingerprint("batch", "", body.model_dump())
-        idem = Idempotency(key, fp, 200, lambda _: b"")  # batch bodies come from render
+        scope = batch_scope(api_key.key_id if api_key is not None else None)
+        idem = Idempotency(key, fp, 200, lambda _: b"", scope)  # batch bodies come from render
     result = await _ledger(request).batch(operations, body.atomic, idem, render)
     if isinstance(result, Replay):
         return _replayed(result)

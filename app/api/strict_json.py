@@ -33,9 +33,13 @@ def _reject_constant(name: str) -> Any:
 def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
-        names = [k for k, _ in pairs]
-        dupes = sorted({k for k in names if names.count(k) > 1})
-        raise ValueError(f"duplicate member name(s): {', '.join(dupes)}")
+        seen: set[str] = set()
+        dupes: set[str] = set()
+        for name, _ in pairs:  # linear: a body may hold hundreds of thousands of members
+            (dupes if name in seen else seen).add(name)
+        # ascii(): a name may hold a lone surrogate, which no JSON response can carry.
+        shown = ", ".join(ascii(name) for name in sorted(dupes)[:10])
+        raise ValueError(f"duplicate member name(s): {shown}")
     return obj
 
 

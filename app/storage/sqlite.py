@@ -19,8 +19,10 @@ Why it is shaped this way:
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
+import os
 import sqlite3
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -139,6 +141,7 @@ class SqliteStore:
         self._queue: list[tuple[Sequence[Change], asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._failure: StorageError | None = None
+        self._lock_fd: int | None = None
         self.commits = 0  # transactions committed: group commit makes this < changes
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -149,6 +152,7 @@ class SqliteStore:
 
     def _open(self, idempotency_min_created_at_s: float) -> LoadedState:
         self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._take_process_lock()
         conn = self._write_conn = _connect(self._path)
         conn.executescript(_SCHEMA)
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -187,6 +191,22 @@ class SqliteStore:
             )
         return state
 
+    def _take_process_lock(self) -> None:
+        """One process per database file: this backend trusts its memory, so a second
+        process on the same file would overwrite the first one's rows with stale ones. The
+        lock is the kernel's (flock), so it goes away with the process, even on SIGKILL."""
+        lock_path = self._path.with_name(self._path.name + ".lock")
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StorageError(
+                f"{self._path} is in use by another gpu-credits process; the sqlite backend "
+                "serves one process (use storage=postgres for several)"
+            ) from None
+        self._lock_fd = fd
+
     async def close(self) -> None:
         if self._flusher is not None:
             await asyncio.shield(self._flusher)
@@ -200,6 +220,9 @@ class SqliteStore:
         if self._write_conn is not None:
             self._write_conn.close()
             self._write_conn = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
 
     def _close_read(self) -> None:
         if self._read_conn is not None:
