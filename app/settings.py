@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     max_header_bytes: int = Field(
         16 * 1024, ge=1024, le=256 * 1024, description="Largest request header block (431)."
     )
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="Time allowed to send the request headers (408)."
+    )
     body_timeout_s: float = Field(
         10.0, gt=0, le=600, description="Time allowed to send a request body (408)."
     )

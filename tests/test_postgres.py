@@ -148,4 +148,3 @@ def test_serve_with_two_workers_on_postgres(postgres_url: PostgresServer, tmp_pa
         line for line in log_path.read_text().splitlines() if "Started server process" in line
     ]
     assert len(started) >= 2, log_path.read_text()[-2000:]
-

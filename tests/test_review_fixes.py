@@ -4,14 +4,17 @@
 - the duplicate-member check was quadratic: one large body stalled the service for minutes;
 - a duplicated member name holding a lone surrogate gave a 500;
 - concurrent `keys create` / `keys revoke` lost updates;
-- batch Idempotency-Keys were one namespace across API keys (an existence oracle).
+- batch Idempotency-Keys were one namespace across API keys (an existence oracle);
+- connections that never finished their headers were kept forever (slow-loris).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -148,3 +151,31 @@ async def test_batch_keys_are_scoped_to_the_api_key(
     again = await client.post("/v1/batch", **post(first, "a"))  # type: ignore[arg-type]
     assert again.headers.get("idempotent-replayed") == "true"
     assert again.content == a.content
+
+
+def test_slow_headers_are_cut_off_and_overload_is_a_problem_document(tmp_path: Path) -> None:
+    """Connections that never finish their headers used to be kept forever and, at
+    limit_concurrency, lock everyone out; the over-limit 503 was plain text."""
+    env = {"GPU_CREDITS_HEADER_TIMEOUT_S": "1", "GPU_CREDITS_LIMIT_CONCURRENCY": "3"}
+    server = ServerProcess(tmp_path / "data", storage="memory", env=env)
+    server.start()
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(2)]
+    slow = socket.create_connection(("127.0.0.1", server.port))
+    try:
+        slow.sendall(b"GET /healthz HTTP/1.1\r\n")  # and never the rest
+        full = httpx.get(f"{server.base_url}/healthz")
+        assert full.status_code == 503
+        assert full.headers["content-type"].startswith(PROBLEM_JSON)
+        slow.settimeout(30)  # a bound on the wait, not a sleep: the answer comes at 1 s
+        answer = slow.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert b"headers-timeout" in answer
+        # The idle connections are reaped too, so the service serves again.
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{server.base_url}/healthz").status_code != 200:
+            assert time.monotonic() < deadline, "idle connections were never reaped"
+            time.sleep(0.05)  # polling interval while waiting for a condition
+    finally:
+        for s in [*idle, slow]:
+            s.close()
+        server.stop()

@@ -21,6 +21,16 @@ from app.api.problems import PROBLEM_MEDIA_TYPE
 from app.api.routing import is_public
 
 _UNUSED_SCHEMAS = ("HTTPValidationError", "ValidationError")
+# What the server layers in front of every route can answer, whatever the route: documented
+# on every operation, so a generated client parses them and a contract test accepts them.
+_EVERYWHERE = {
+    "400": "Malformed HTTP or JSON.",
+    "408": "Request headers or body not received in time.",
+    "413": "Request body larger than the limit.",
+    "414": "URL longer than the limit.",
+    "431": "Request headers larger than the limit.",
+    "503": "Overloaded, storage failed, or the database is unreachable; retry later.",
+}
 
 
 def build_openapi(app: FastAPI, api_routes: Sequence[BaseRoute]) -> dict[str, Any]:
@@ -48,6 +58,13 @@ def build_openapi(app: FastAPI, api_routes: Sequence[BaseRoute]) -> dict[str, An
             for method in route.methods or ():
                 operation = doc["paths"][route.path_format][method.lower()]
                 operation["security"] = [{SECURITY_SCHEME_NAME: []}]
+    problem = {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    for path_item in doc.get("paths", {}).values():
+        for operation in path_item.values():
+            responses = operation.setdefault("responses", {})
+            for status, description in _EVERYWHERE.items():
+                responses.setdefault(status, {"description": description, "content": problem})
+            operation["responses"] = dict(sorted(responses.items()))
     schemas = components.get("schemas", {})
     for name in _UNUSED_SCHEMAS:
         schemas.pop(name, None)

@@ -53,7 +53,6 @@ class ProblemType:
         return _TYPE_PREFIX + self.slug
 
 
-MALFORMED_HTTP = ProblemType("malformed-http", "Request is not valid HTTP", 400)
 MALFORMED_JSON = ProblemType("malformed-json", "Request body is not valid JSON", 400)
 NOT_FOUND = ProblemType("not-found", "Not found", 404)
 ACCOUNT_NOT_FOUND = ProblemType("account-not-found", "Account not found", 404)
