@@ -47,7 +47,7 @@ class Authenticator:
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._mtime_ns: int | None = None
+        self._mtime_ns: tuple[int, int, int] | None = None
         self.ring = KeyRing([])
         # Once a key file has been seen, authentication stays on for the life of the
         # process: revoking the last key (or losing the file) must lock everyone out, not
@@ -61,7 +61,10 @@ class Authenticator:
 
     def reload_if_changed(self) -> bool:
         try:
-            mtime_ns: int | None = self._path.stat().st_mtime_ns
+            st = self._path.stat()
+            # The inode too: key commands replace the file (rename), so two changes within
+            # one coarse mtime tick still look different.
+            mtime_ns: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_ino, st.st_size)
         except FileNotFoundError:
             mtime_ns = None
         if mtime_ns == self._mtime_ns:

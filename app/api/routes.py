@@ -68,8 +68,8 @@ IDEMPOTENCY_KEY_PARAMETER: dict[str, Any] = {
     "description": (
         "Optional, 1 to 255 printable ASCII characters. A retry with the same key and body "
         "returns the original response with `Idempotent-Replayed: true` and changes nothing; "
-        "the same key with another body is 422. Scoped to the account (to batches on "
-        "/v1/batch). Kept for at least 24 hours (GPU_CREDITS_IDEMPOTENCY_TTL_HOURS)."
+        "the same key with another body is 422. Scoped to the account (on /v1/batch: to the "
+        "API key). Kept for at least 24 hours (GPU_CREDITS_IDEMPOTENCY_TTL_HOURS)."
     ),
     "schema": {
         "type": "string",
