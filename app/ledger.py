@@ -461,8 +461,7 @@ class Ledger:
                 if changes:
                     fut = self._store.submit(changes)
                     for change in changes:
-                        if change.account is not None:
-                            accounts[change.account.account_id].durable = fut
+                        accounts[change.account.account_id].durable = fut
                     self._remember_key(changes[-1].idempotency, fut)
         finally:
             for account in locked:

@@ -288,7 +288,7 @@ class SharedLedger(Ledger):
                 )
             used = {a for a in created if locals_[a].next_entry_seq > 1}
             all_states = {**states, **placeholders}
-            touched = {c.account.account_id for c in changes if c.account is not None}
+            touched = {c.account.account_id for c in changes}
             versions = await tx.write(
                 changes,
                 {a: locals_[a].tracker.available for a in touched},

@@ -64,8 +64,7 @@ class AccountRow:
 
 @dataclass(slots=True)
 class Change:
-    account: AccountRow | None  # None: nothing but an idempotency record (a batch that
-    # changed no account still keeps its key)
+    account: AccountRow
     upserted_batches: list[Batch] = field(default_factory=list)
     removed_grant_seqs: list[int] = field(default_factory=list)
     entries: list[Entry] = field(default_factory=list)

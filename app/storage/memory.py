@@ -22,8 +22,6 @@ class MemoryStore:
 
     def submit(self, changes: Sequence[Change]) -> asyncio.Future[None]:
         for change in changes:
-            if change.account is None:
-                continue  # an idempotency record alone: the ledger keeps those itself
             account_id = change.account.account_id
             entries = self._entries.setdefault(account_id, [])
             for entry in change.entries:

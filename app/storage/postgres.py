@@ -215,8 +215,6 @@ class PgTransaction:
                 keys.append(
                     (r.account_id, r.key, r.fingerprint, r.status_code, r.body, r.created_at_s)
                 )
-            if change.account is None:
-                continue
             account_id = change.account.account_id
             newest[account_id] = change
             for e in change.entries:
@@ -265,16 +263,15 @@ class PgTransaction:
                 "next_entry_seq = $6, version = $7 WHERE account_id = $1",
                 [
                     (
-                        a.account_id,
-                        a.clock,
-                        a.debt,
+                        account_id,
+                        change.account.clock,
+                        change.account.debt,
                         available[account_id],
-                        a.next_grant_seq,
-                        a.next_entry_seq,
+                        change.account.next_grant_seq,
+                        change.account.next_entry_seq,
                         new_versions[account_id],
                     )
                     for account_id, change in newest.items()
-                    if (a := change.account) is not None
                 ],
             )
         return new_versions

@@ -300,8 +300,6 @@ class SqliteStore:
                     (r.account_id, r.key, r.fingerprint, r.status_code, r.body, r.created_at_s)
                 )
             a = change.account
-            if a is None:
-                continue
             account_id = a.account_id
             # Only the newest row of an account matters.
             accounts[account_id] = (account_id, a.clock, a.debt, a.next_grant_seq, a.next_entry_seq)
