@@ -212,7 +212,8 @@ class Idempotency:
     fingerprint: str
     status_code: int  # the status the first response is sent with
     render: Callable[[Any], bytes]  # the first response's body, from the receipt
-    scope: str = BATCH_SCOPE  # for batches only; single operations are scoped to the account
+    # Used by batches only (see batch_scope); a single operation's scope is its account id.
+    scope: str = BATCH_SCOPE
 
 
 _R = TypeVar("_R", GrantReceipt, ConsumptionReceipt)
@@ -395,10 +396,7 @@ class Ledger:
     async def balance(self, account_id: str, timestamp: int | None) -> BalanceView:
         """The balance at ``timestamp`` (advancing the clock), or at the account's latest
         timestamp when it is None (changing nothing). Unknown accounts are not created."""
-        self._check_serving()
-        account = self._accounts.get(account_id)
-        if account is None:
-            raise AccountNotFound(account_id)
+        account = self._existing(account_id)
         async with account.lock:
             change, view = self._apply_balance(account_id, account, timestamp)
             if change is not None:
@@ -624,10 +622,7 @@ class Ledger:
 
     async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrant]]:
         """Live batches at the account's latest timestamp, in the order they will be used."""
-        self._check_serving()
-        account = self._accounts.get(account_id)
-        if account is None:
-            raise AccountNotFound(account_id)
+        account = self._existing(account_id)
         async with account.lock:
             view = self._view(account_id, account.tracker)
             grants = [
@@ -638,10 +633,7 @@ class Ledger:
         return view, grants
 
     async def grant_view(self, account_id: str, grant_id: int) -> GrantView:
-        self._check_serving()
-        account = self._accounts.get(account_id)
-        if account is None:
-            raise AccountNotFound(account_id)
+        account = self._existing(account_id)
         async with account.lock:
             fut = account.durable
             remaining = 0
@@ -653,10 +645,7 @@ class Ledger:
         return grant_view_of(account_id, grant_id, entry, remaining)
 
     async def entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
-        self._check_serving()
-        account = self._accounts.get(account_id)
-        if account is None:
-            raise AccountNotFound(account_id)
+        account = self._existing(account_id)
         async with account.lock:
             fut = account.durable
         await self._await_durable(fut)
@@ -667,6 +656,14 @@ class Ledger:
     def _check_serving(self) -> None:
         if self._failure is not None:
             raise ServiceUnavailable(self._failure)
+
+    def _existing(self, account_id: str) -> _Account:
+        """The account for a read: reads never create one, so an unknown account is 404."""
+        self._check_serving()
+        account = self._accounts.get(account_id)
+        if account is None:
+            raise AccountNotFound(account_id)
+        return account
 
     @staticmethod
     def _view(account_id: str, tracker: GPUCreditTracker) -> BalanceView:
@@ -735,10 +732,12 @@ class Ledger:
         if len(self._keys) >= self._limits.max_idempotency_keys:
             raise IdempotencyKeysFull(self._limits.max_idempotency_keys)
 
-    def _find_replay(self, account_id: str, idempotency: Idempotency | None) -> _PendingKey | None:
+    def _find_replay(self, scope: str, idempotency: Idempotency | None) -> _PendingKey | None:
+        """The earlier request with this key in ``scope`` (an account id, or a batch scope);
+        422 if it was made with another operation or body."""
         if idempotency is None:
             return None
-        pending = self._keys.get((account_id, idempotency.key))
+        pending = self._keys.get((scope, idempotency.key))
         if pending is not None and pending.record.fingerprint != idempotency.fingerprint:
             raise IdempotencyKeyReused(idempotency.key)
         return pending
