@@ -20,10 +20,11 @@ Why it is shaped this way:
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -132,6 +133,30 @@ class BalanceView:
     balance: int
     available: int
     debt: int
+
+
+@dataclass(slots=True)
+class AsOfRead:
+    """A balance read at a time before the account's clock: the stored history answers."""
+
+    account_id: str
+    timestamp: int
+
+
+Totals = tuple[int, int]  # (available, debt) at some time
+
+
+def _as_of_in_batch(
+    read: AsOfRead, entries: Sequence[Entry], baselines: dict[tuple[str, int], Totals]
+) -> BalanceView:
+    """An as-of read inside a batch: after the batch's last own entry at or before its time,
+    or as the account stood before the batch. ``entries`` are in time order."""
+    index = bisect.bisect_right(entries, read.timestamp, key=lambda e: e.timestamp)
+    if index:
+        available, debt = entries[index - 1].available, entries[index - 1].debt
+    else:
+        available, debt = baselines[(read.account_id, read.timestamp)]
+    return BalanceView(read.account_id, read.timestamp, available - debt, available, debt)
 
 
 @dataclass(slots=True)
@@ -394,15 +419,17 @@ class Ledger:
         return receipt
 
     async def balance(self, account_id: str, timestamp: int | None) -> BalanceView:
-        """The balance at ``timestamp`` (advancing the clock), or at the account's latest
-        timestamp when it is None (changing nothing). Unknown accounts are not created."""
+        """The balance at ``timestamp``, changing nothing (reads are safe, SPEC section 3):
+        at or after the account's clock, the projected state (credits expiring by then no
+        longer count); before it, the as-of state from the stored history; None: the state
+        at the clock. Unknown accounts are 404 and are not created."""
         account = self._existing(account_id)
         async with account.lock:
-            change, view = self._apply_balance(account_id, account, timestamp)
-            if change is not None:
-                account.durable = self._store.submit([change])
+            view = self._read_balance(account_id, account.tracker, timestamp)
             fut = account.durable
         await self._await_durable(fut)
+        if isinstance(view, AsOfRead):
+            return await self._as_of(view)
         return view
 
     async def batch(
@@ -444,8 +471,9 @@ class Ledger:
             else:
                 if idempotency is not None:
                     self._make_room_for_a_key()
+                baselines = await self._balance_baselines(operations, accounts, self._history)
                 outcome, changes = self._apply_batch(
-                    operations, atomic, accounts, self._create_for_batch
+                    operations, atomic, accounts, self._create_for_batch, baselines
                 )
                 # Reads in the batch must not answer before earlier changes of their accounts.
                 waits = [a.durable for a in accounts.values() if a.durable is not None]
@@ -479,13 +507,19 @@ class Ledger:
         atomic: bool,
         accounts: dict[str, _Account],
         create: Callable[[str], _Account],
+        baselines: dict[tuple[str, int], Totals],
     ) -> tuple[BatchOutcome, list[Change]]:
         """Apply in order, without awaiting anything: no other request runs meanwhile.
         ``accounts`` holds the locked existing accounts and gains those ``create`` makes for
-        writes to new accounts (it raises AccountLimit when no more may be made)."""
+        writes to new accounts (it raises AccountLimit when no more may be made).
+        ``baselines`` answers balance reads at a time before the batch's own entries (see
+        ``_balance_baselines``)."""
         saved: dict[str, tuple[GPUCreditTracker, int]] = {}
         results: list[GrantReceipt | ConsumptionReceipt | BalanceView | Exception] = []
         changes: list[Change] = []
+        # Each account's entries made by this batch so far, in time order: an as-of read
+        # inside the batch may fall among them.
+        batch_entries: dict[str, list[Entry]] = {}
         for index, op in enumerate(operations):
             account_id = op.account_id
             try:
@@ -502,19 +536,21 @@ class Ledger:
                         account_id, account, op.amount, op.timestamp, op.expiry
                     )
                     changes.append(change)
+                    batch_entries.setdefault(account_id, []).extend(change.entries)
                     results.append(result)
                 elif isinstance(op, ConsumeOp):
                     change, consumed = self._apply_consume(
                         account_id, account, op.amount, op.timestamp
                     )
                     changes.append(change)
+                    batch_entries.setdefault(account_id, []).extend(change.entries)
                     results.append(consumed)
                 else:
                     if account.next_entry_seq == 1:
                         raise AccountNotFound(account_id)
-                    maybe_change, view = self._apply_balance(account_id, account, op.timestamp)
-                    if maybe_change is not None:
-                        changes.append(maybe_change)
+                    view = self._read_balance(account_id, account.tracker, op.timestamp)
+                    if isinstance(view, AsOfRead):
+                        view = _as_of_in_batch(view, batch_entries.get(account_id, ()), baselines)
                     results.append(view)
             except (LedgerError, ServiceError) as exc:
                 if atomic:
@@ -603,20 +639,63 @@ class Ledger:
         )
         return change, receipt
 
-    def _apply_balance(
-        self, account_id: str, account: _Account, timestamp: int | None
-    ) -> tuple[Change | None, BalanceView]:
-        """The view at ``timestamp``; a Change when the clock moved (that must be durable)."""
-        tracker = account.tracker
-        if timestamp is None or timestamp == tracker.clock:
-            # Nothing can change: batches with expiry <= clock were evicted already.
-            return None, self._view(account_id, tracker)
-        before = (tracker.available, tracker.debt)
-        result = tracker.apply_balance(timestamp)  # raises on a regression
-        entries = self._expiration_entries(account, result.expired, *before)
-        change = self._change(account_id, account, entries)
-        change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
-        return change, self._view(account_id, tracker)
+    @staticmethod
+    def _read_balance(
+        account_id: str, tracker: GPUCreditTracker, timestamp: int | None
+    ) -> BalanceView | AsOfRead:
+        """A balance read that changes nothing. At or after the clock it is the projection
+        from the live batches; before it, an ``AsOfRead`` the stored history answers."""
+        clock = tracker.clock
+        if timestamp is None or timestamp == clock:
+            # Batches with expiry <= clock were evicted by the write that set the clock.
+            return Ledger._view(account_id, tracker)
+        if timestamp < clock:
+            return AsOfRead(account_id, timestamp)
+        available = tracker.available_at(timestamp)
+        debt = tracker.debt
+        return BalanceView(account_id, timestamp, available - debt, available, debt)
+
+    async def _history(self, account_id: str, timestamp: int) -> Totals:
+        """The account's totals after its last stored entry at or before ``timestamp``."""
+        account = self._accounts.get(account_id)
+        if account is not None:
+            await self._await_durable(account.durable)  # entries submitted but not on disk
+        return await self._store.read_totals_at(account_id, timestamp)
+
+    async def _as_of(self, read: AsOfRead) -> BalanceView:
+        """Entries at or before a time the clock has passed never change (every later write
+        and every expiration it records is later), so no lock is needed to read them."""
+        available, debt = await self._store.read_totals_at(read.account_id, read.timestamp)
+        return BalanceView(read.account_id, read.timestamp, available - debt, available, debt)
+
+    @staticmethod
+    async def _balance_baselines(
+        operations: Sequence[Operation],
+        accounts: dict[str, _Account],
+        history: Callable[[str, int], Awaitable[Totals]],
+    ) -> dict[tuple[str, int], Totals]:
+        """Before a batch changes anything: each timed balance read's totals as the account
+        stood before the batch (stored history before the clock, the projection after it;
+        nothing for an account the batch would create). Inside the batch a read earlier than
+        the batch's own entries for its account answers from here, so every I/O a batch
+        needs is done before its first change and a failed read changes nothing."""
+        baselines: dict[tuple[str, int], Totals] = {}
+        for op in operations:
+            if not isinstance(op, BalanceOp) or op.timestamp is None:
+                continue
+            where = (op.account_id, op.timestamp)
+            if where in baselines:
+                continue
+            account = accounts.get(op.account_id)
+            if account is None:
+                baselines[where] = (0, 0)
+                continue
+            tracker = account.tracker
+            if op.timestamp < tracker.clock:
+                baselines[where] = await history(op.account_id, op.timestamp)
+            else:
+                baselines[where] = (tracker.available_at(op.timestamp), tracker.debt)
+        return baselines
 
     # -- reads ---------------------------------------------------------------------------
 

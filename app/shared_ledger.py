@@ -160,51 +160,18 @@ class SharedLedger(Ledger):
         return receipt
 
     async def balance(self, account_id: str, timestamp: int | None) -> BalanceView:
-        self._check_serving()
-        try:
-            if timestamp is None:
-                # A read of committed state: one row, no lock.
-                state = await self._pg.read_account(account_id)
-                if state is None:
-                    raise AccountNotFound(account_id)
-                return BalanceView(
-                    account_id,
-                    state.clock,
-                    state.available - state.debt,
-                    state.available,
-                    state.debt,
-                )
-            account = self._local(account_id)
-            account.writers += 1
-            try:
-                async with account.lock:
-                    try:
-                        return await self._advance_locked(account_id, account, timestamp)
-                    except (LedgerError, ServiceError):
-                        raise
-                    except BaseException:
-                        self._versions.pop(account_id, None)
-                        raise
-            finally:
-                self._release_local(account_id, account)
-        except _DATABASE_DOWN as exc:
-            raise ServiceUnavailable(f"database unavailable: {exc}") from exc
-
-    async def _advance_locked(
-        self, account_id: str, account: _Account, timestamp: int
-    ) -> BalanceView:
-        async with self._pg.transaction() as tx:
-            states = await tx.lock_accounts([account_id])
-            if account_id not in states:
+        """As ``Ledger.balance``: reads are safe, so this takes no lock and writes nothing;
+        each answer comes from one committed snapshot."""
+        if timestamp is None:
+            state = await self._read(self._pg.read_account(account_id))
+            if state is None:
                 raise AccountNotFound(account_id)
-            await self._sync(tx, states)
-            change, view = self._apply_balance(account_id, account, timestamp)
-            if change is not None:
-                versions = await tx.write(
-                    [change], {account_id: account.tracker.available}, self._row_versions(states)
-                )
-                self._versions.update(versions)
-        return view
+            return _view_of(state)
+        found = await self._read(self._pg.read_balance_at(account_id, timestamp))
+        if found is None:
+            raise AccountNotFound(account_id)
+        _, (available, debt) = found
+        return BalanceView(account_id, timestamp, available - debt, available, debt)
 
     async def batch(
         self,
@@ -269,6 +236,7 @@ class SharedLedger(Ledger):
                 budget = self._limits.max_accounts - await tx.account_count()
             await self._sync(tx, states)
             accounts = {a: locals_[a] for a in states}
+            baselines = await self._balance_baselines(operations, accounts, tx.read_totals_at)
             created: list[str] = []
 
             def create(account_id: str) -> _Account:
@@ -280,7 +248,7 @@ class SharedLedger(Ledger):
                 account.next_entry_seq = 1
                 return account
 
-            outcome, changes = self._apply_batch(operations, atomic, accounts, create)
+            outcome, changes = self._apply_batch(operations, atomic, accounts, create, baselines)
             outcome.body = render(outcome)
             if idempotency is not None and changes:  # as Ledger.batch: only with changes
                 changes[-1].idempotency = self._key_record(

@@ -430,8 +430,11 @@ async def test_grant_is_201_with_location_of_the_grant(client: httpx.AsyncClient
         },
     )
 
-    # Once expired, the grant is still there, with nothing remaining.
-    ok(await balance(client, 10))
+    # A read at the expiry projects it and changes nothing; once a write moves the clock
+    # there, the grant is still there, with nothing remaining.
+    assert ok(await balance(client, 10))["available"] == 40
+    assert ok(await client.get(first.headers["location"]))["remaining"] == 70
+    ok(await consume(client, 1, 10))
     assert ok(await client.get(first.headers["location"]))["remaining"] == 0
     problem = assert_problem(await client.get(url(ACCOUNT, "grants/3")), 404)
     assert problem["type"].endswith("grant-not-found")
@@ -521,17 +524,67 @@ async def test_valid_account_ids(client: httpx.AsyncClient, subtests: pytest.Sub
 # -- the clock and balance reads ---------------------------------------------------------
 
 
-async def test_balance_with_timestamp_advances_the_clock(client: httpx.AsyncClient) -> None:
+async def test_balance_reads_never_move_the_clock(client: httpx.AsyncClient) -> None:
+    """Issue 9, item 2: a read-only key read at 2^53-1 and moved the clock there for good,
+    so every credit expired and every later grant was refused. Reads are safe now."""
     ok(await grant(client, 100, 0, 50), 201)
+    before = await snapshot(client)
+    far = ok(await balance(client, MAX))
+    assert far == {
+        "account_id": ACCOUNT,
+        "timestamp": MAX,
+        "balance": 0,  # projected: the grant has expired by then
+        "available": 0,
+        "debt": 0,
+    }
     assert ok(await balance(client, 7))["timestamp"] == 7
-    assert ok(await balance(client))["timestamp"] == 7
+    assert await snapshot(client) == before
+    assert ok(await balance(client))["timestamp"] == 0
 
-    for r in (await grant(client, 1, 6, 60), await consume(client, 1, 6), await balance(client, 6)):
-        problem = assert_problem(r, 409)
-        assert problem["account_timestamp"] == 7
+    # Writes at any time from the clock on are still accepted, and nothing expired.
+    assert ok(await grant(client, 1, 6, 60), 201)["balance"] == 101
+    assert ok(await consume(client, 1, 6))["balance"] == 100
+    problem = assert_problem(await consume(client, 1, 5), 409)
+    assert problem["account_timestamp"] == 6
 
-    assert ok(await grant(client, 1, 7, 60), 201)["timestamp"] == 7
-    assert ok(await balance(client, 7))["balance"] == 101
+
+async def test_balance_before_the_clock_is_the_state_as_of_then(
+    client: httpx.AsyncClient,
+) -> None:
+    ok(await grant(client, 100, 2, 10), 201)
+    ok(await grant(client, 50, 4, 8), 201)
+    ok(await consume(client, 70, 5), 200)  # 50 from expiry 8, 20 from expiry 10: 80 left
+    ok(await consume(client, 90, 12), 200)  # everything expired at 10: 90 debt
+    ok(await grant(client, 30, 20, 40), 201)  # settles 30: 60 debt
+    before = await snapshot(client)
+
+    def view(timestamp: int, available: int, debt: int) -> JSON:
+        return {
+            "account_id": ACCOUNT,
+            "timestamp": timestamp,
+            "balance": available - debt,
+            "available": available,
+            "debt": debt,
+        }
+
+    expected = {
+        0: view(0, 0, 0),  # before the account's first write
+        1: view(1, 0, 0),
+        2: view(2, 100, 0),
+        3: view(3, 100, 0),
+        4: view(4, 150, 0),
+        5: view(5, 80, 0),
+        9: view(9, 80, 0),
+        10: view(10, 0, 0),  # the grant of expiry 10 expired at 10
+        11: view(11, 0, 0),
+        12: view(12, 0, 90),
+        19: view(19, 0, 90),
+        20: view(20, 0, 60),  # the clock: the current state
+        30: view(30, 0, 60),  # a projection
+    }
+    for timestamp, want in expected.items():
+        assert ok(await balance(client, timestamp)) == want, timestamp
+    assert await snapshot(client) == before
 
 
 async def test_balance_without_timestamp_changes_nothing(client: httpx.AsyncClient) -> None:
@@ -558,7 +611,8 @@ async def test_balance_at_an_expiry_drops_the_batch(client: httpx.AsyncClient) -
     assert ok(await balance(client, 4))["available"] == 57
     assert ok(await balance(client, 5))["available"] == 7  # expiry is exclusive
     assert ok(await balance(client, 6))["available"] == 0
-    assert ok(await balance(client))["available"] == 0
+    # Reads projected; nothing moved the clock, so at the clock both grants are live.
+    assert ok(await balance(client))["available"] == 57
 
 
 # -- 409: timestamp regression -----------------------------------------------------------
@@ -567,13 +621,12 @@ async def test_balance_at_an_expiry_drops_the_batch(client: httpx.AsyncClient) -
 async def _regress(client: httpx.AsyncClient, operation: str, timestamp: int) -> httpx.Response:
     if operation == "grant":
         return await grant(client, 5, timestamp, timestamp + 100)
-    if operation == "consume":
-        return await consume(client, 5, timestamp)
-    assert operation == "balance"
-    return await balance(client, timestamp)
+    assert operation == "consume"
+    return await consume(client, 5, timestamp)
 
 
-@pytest.mark.parametrize("operation", ["grant", "consume", "balance"])
+# Balance reads are not here: a read before the clock is as-of (SPEC section 3), never 409.
+@pytest.mark.parametrize("operation", ["grant", "consume"])
 async def test_timestamp_regression_is_409_and_changes_nothing(
     client: httpx.AsyncClient, operation: str
 ) -> None:
@@ -592,7 +645,9 @@ async def test_timestamp_regression_is_409_and_changes_nothing(
         assert await snapshot(client) == before
 
     # The same timestamp is fine (non-decreasing, not increasing).
-    assert (await _regress(client, operation, 1234)).status_code in (200, 201)
+    assert (await _regress(client, operation, 1234)).status_code == (
+        201 if operation == "grant" else 200
+    )
 
 
 async def test_timestamp_regression_with_idempotency_key_stores_nothing(
@@ -1317,6 +1372,32 @@ class Model:
             "debt": self.debt,
         }
 
+    def projected(self, timestamp: int) -> JSON:
+        """A read at or after the clock: batches expiring by then do not count."""
+        assert timestamp >= self.clock
+        available = sum(b[2] for b in self.batches if b[0] > timestamp)
+        return {
+            "account_id": ACCOUNT,
+            "timestamp": timestamp,
+            "balance": available - self.debt,
+            "available": available,
+            "debt": self.debt,
+        }
+
+    def as_of(self, timestamp: int) -> JSON:
+        """Any read: before the clock, the totals after the last entry at or before it."""
+        if timestamp >= self.clock:
+            return self.projected(timestamp)
+        last = [e for e in self.entries if e["timestamp"] <= timestamp]
+        available, debt = (last[-1]["available"], last[-1]["debt"]) if last else (0, 0)
+        return {
+            "account_id": ACCOUNT,
+            "timestamp": timestamp,
+            "balance": available - debt,
+            "available": available,
+            "debt": debt,
+        }
+
 
 def _response_view(entry: JSON) -> JSON:
     """What a write's response says, per the model's ledger entry."""
@@ -1340,10 +1421,12 @@ async def test_ledger_reconciles_with_balances(client: httpx.AsyncClient, seed: 
             amount = rng.randint(1, 120)
             body = ok(await consume(client, amount, t))
             expect(body, _response_view(model.consume(amount, t)))
-        elif roll < 0.92:
+        elif roll < 0.86:
             body = ok(await balance(client, t))
-            model.advance(t)
-            assert body == model.view()
+            assert body == model.projected(t)
+        elif roll < 0.92:
+            asked = rng.randint(0, max(model.clock, 1))
+            assert ok(await balance(client, asked)) == model.as_of(asked)
         elif roll < 0.96:
             assert ok(await balance(client)) == model.view()
         elif model.clock > 0:
@@ -1437,9 +1520,13 @@ async def test_live_grants_in_consumption_order(client: httpx.AsyncClient) -> No
     # Reading changes nothing.
     assert ok(await client.get(url(ACCOUNT, "grants"))) == body
 
-    ok(await balance(client, 10))
-    body = ok(await client.get(url(ACCOUNT, "grants")))
-    assert [g["grant_id"] for g in body["grants"]] == [1, 3]
+    # A read at 10 projects grant 5's expiry; the list (at the clock, 6) is unchanged.
+    assert ok(await balance(client, 10))["available"] == 40
+    assert [g["grant_id"] for g in ok(await client.get(url(ACCOUNT, "grants")))["grants"]] == [
+        5,
+        1,
+        3,
+    ]
     ok(await consume(client, 100, 11))
     body = ok(await client.get(url(ACCOUNT, "grants")))
     assert body["grants"] == []

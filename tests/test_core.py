@@ -644,3 +644,20 @@ def test_domain_imports_only_the_standard_library() -> None:
         check=False,
     )
     assert proc.returncode == 0, f"stdout={proc.stdout!r} stderr={proc.stderr!r}"
+
+
+def test_available_at_projects_without_changing_anything() -> None:
+    t = GPUCreditTracker()
+    for i, expiry in enumerate([5, 9, 7, 20, 6, 5, 30, 11]):
+        t.grant(10 + i, 1, expiry)
+    before = t.state()
+    assert t.available_at(1) == t.available
+    assert t.available_at(5) == t.available - 10 - 15  # both expiry-5 grants are gone at 5
+    assert t.available_at(8) == 11 + 13 + 16 + 17  # expiries 9, 20, 30 and 11 remain
+    assert t.available_at(MAX_VALUE) == 0
+    assert t.state() == before  # nothing moved, the clock included
+    t.grant(1, 1, 2)  # so a write at the old clock is still accepted
+    with pytest.raises(TimestampRegression):
+        t.available_at(0)
+    with pytest.raises(InvalidInput):
+        t.available_at(-1)

@@ -338,6 +338,22 @@ class TrackerMachine(RuleBasedStateMachine):
             assert (got.available, got.debt) == (want.available, want.debt)
             assert _expired(got.expired) == want.expired
 
+    @rule(data=st.data())
+    def project(self, data: st.DataObject) -> None:
+        """available_at is a pure projection: the credits live at a later time, and the
+        tracker (clock included; the invariant checks it) is unchanged."""
+        timestamp = _timestamp(data, self.model.clock)
+        if type(timestamp) is not int or not 0 <= timestamp <= MAX_VALUE:
+            with pytest.raises(InvalidInput):
+                self.tracker.available_at(timestamp)
+            return
+        if timestamp < self.model.clock:
+            with pytest.raises(TimestampRegression):
+                self.tracker.available_at(timestamp)
+            return
+        want = sum(r for expiry, _, r in self.model.in_consumption_order() if expiry > timestamp)
+        assert self.tracker.available_at(timestamp) == want
+
     @rule()
     def persist_and_restore(self) -> None:
         state = self.tracker.state()

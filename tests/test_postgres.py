@@ -76,7 +76,7 @@ def test_migrate_command_applies_then_finds_nothing_to_do(
     first = subprocess.run(
         [console_script(), "migrate"], env=env, capture_output=True, text=True, check=True
     )
-    assert "applied migrations: [1]" in first.stderr, first.stderr
+    assert "applied migrations: [1, 2]" in first.stderr, first.stderr
     second = subprocess.run(
         [console_script(), "migrate"], env=env, capture_output=True, text=True, check=True
     )
@@ -148,3 +148,59 @@ def test_serve_with_two_workers_on_postgres(postgres_url: PostgresServer, tmp_pa
         line for line in log_path.read_text().splitlines() if "Started server process" in line
     ]
     assert len(started) >= 2, log_path.read_text()[-2000:]
+
+
+def test_a_version_1_database_upgrades_and_keeps_its_data(
+    postgres_url: PostgresServer, tmp_path: Path
+) -> None:
+    """A database made by the release before as-of reads (schema 1) gains the index as-of
+    reads use, keeps every row, and answers reads from the history it already has."""
+    url = _fresh(postgres_url)
+
+    async def make_version_1() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            version, sql = MIGRATIONS[0]
+            assert version == 1
+            await conn.execute(
+                "CREATE TABLE schema_migrations ("
+                "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            await conn.execute(sql)
+            await conn.execute("INSERT INTO schema_migrations (version) VALUES (1)")
+            # The rows the version-1 service wrote for: grant 100 at 0 (expiry 10), then a
+            # consumption of 30 at 4.
+            await conn.execute(
+                "INSERT INTO accounts VALUES ('old', 4, 0, 70, 2, 3, 2);"
+                "UPDATE account_count SET n = 1;"
+                "INSERT INTO batches VALUES ('old', 1, 10, 70);"
+                "INSERT INTO entries VALUES "
+                "('old', 1, 'grant', 0, 100, 0, 1, '{\"grant_id\": 1, \"amount\": 100, "
+                '"expiry": 10, "settled_debt": 0, "retained": 100}\'),'
+                "('old', 2, 'consumption', 4, 70, 0, NULL, '{\"amount\": 30, "
+                '"consumed": 30, "debt_added": 0, "allocation": [{"grant_id": 1, '
+                '"expiry": 10, "amount": 30}]}\')'
+            )
+        finally:
+            await conn.close()
+
+    asyncio.run(make_version_1())
+    server = ServerProcess(tmp_path, storage="postgres", env={"GPU_CREDITS_DATABASE_URL": url})
+    server.start()
+    try:
+        with httpx.Client(base_url=server.base_url) as client:
+            as_of = client.get("/v1/accounts/old/balance", params={"timestamp": 2}).json()
+            assert (as_of["available"], as_of["debt"]) == (100, 0)
+            assert client.get("/v1/accounts/old/balance").json()["available"] == 70
+            r = client.post("/v1/accounts/old/consumptions", json={"amount": 5, "timestamp": 5})
+            assert r.status_code == 200, r.text
+            assert r.json()["sequence"] == 3
+            assert len(client.get("/v1/accounts/old/ledger").json()["entries"]) == 3
+    finally:
+        server.stop()
+    rows = asyncio.run(_fetch(url, "SELECT version FROM schema_migrations ORDER BY 1"))
+    assert [r["version"] for r in rows] == [1, 2]
+    indexes = asyncio.run(
+        _fetch(url, "SELECT indexname FROM pg_indexes WHERE tablename = 'entries'")
+    )
+    assert "entries_by_time" in {r["indexname"] for r in indexes}

@@ -257,7 +257,7 @@ async def consume_credits(
     operation_id="getBalance",
     summary="Balance at a time",
     response_model=BalanceResponse,
-    responses=documented(401, 403, 404, 409, 422, 503),
+    responses=documented(401, 403, 404, 422, 503),
     tags=["credits"],
 )
 @requires(Scope.READ)
@@ -270,8 +270,10 @@ async def get_balance(
             ge=0,
             le=MAX_VALUE,
             description=(
-                "Answer at this time, advancing the account's clock to it. Omitted: answer at "
-                "the account's latest timestamp, changing nothing."
+                "Answer at this time; a read never changes the account. At or after the "
+                "account's latest timestamp: the projected state (credits expiring at or "
+                "before it no longer count). Before it: the state as of then, from the "
+                "account's history. Omitted: the state at the account's latest timestamp."
             ),
         ),
         QueryInt,  # after Query: the bounds then publish as minimum/maximum

@@ -164,7 +164,12 @@ class _Response(BaseModel):
 
 class BalanceResponse(_Response):
     account_id: str
-    timestamp: Figure = Field(description="The time the figures are for: the account's clock.")
+    timestamp: Figure = Field(
+        description=(
+            "The time the figures are for: the time a balance read asked for, otherwise the "
+            "account's clock (the latest timestamp of its accepted writes)."
+        )
+    )
     balance: SignedFigure = Field(description="available - debt; negative means debt.")
     available: Figure = Field(description="Active (unexpired, unconsumed) credits.")
     debt: Figure = Field(description="Outstanding debt.")

@@ -255,6 +255,31 @@ class GPUCreditTracker:
         popped = self._advance(timestamp)
         return BalanceResult(self._available, self._debt, _expirations(popped))
 
+    def available_at(self, timestamp: int) -> int:
+        """The live credits at ``timestamp`` (at or after the clock) if nothing else happens
+        before it: a projection that changes nothing, not even the clock. Batches expiring
+        at or before ``timestamp`` no longer count.
+
+        O(k) for the k batches that expire by then: in a min-heap every batch below a node
+        expires no earlier than the node, so the walk stops at the first live node of each
+        path instead of visiting all n batches."""
+        if type(timestamp) is not int or not 0 <= timestamp <= MAX_VALUE:
+            raise _invalid("timestamp", timestamp, 0)
+        if timestamp < self._clock:
+            raise TimestampRegression(timestamp, self._clock)
+        heap = self._heap
+        size = len(heap)
+        expiring = 0
+        stack = [0] if heap and heap[0][0] <= timestamp else []
+        while stack:
+            index = stack.pop()
+            expiring += heap[index][2]
+            for child in (2 * index + 1, 2 * index + 2):
+                if child < size and heap[child][0] <= timestamp:
+                    stack.append(child)
+        assert 0 <= expiring <= self._available
+        return self._available - expiring
+
     def batches(self) -> list[Batch]:
         """Live batches in the order they will be consumed (earliest expiry, then grant)."""
         return [Batch(grant_seq=b[1], expiry=b[0], remaining=b[2]) for b in sorted(self._heap)]

@@ -118,6 +118,13 @@ class Store(Protocol):
         """The committed grant entry of ``grant_seq``, if any."""
         ...
 
+    async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
+        """(available, debt) after the account's last committed entry with a timestamp at
+        or before ``timestamp``; (0, 0) when there is none. Entries are in non-decreasing
+        timestamp order (an expiration is stamped with its expiry, which lies after the
+        clock it was live at), so this is a search, not a scan."""
+        ...
+
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         """Drop idempotency records created before ``min_created_at_s``; return how many."""
         ...

@@ -4,6 +4,7 @@ process; ``submit`` completes on the next loop turn because there is no disk to 
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections.abc import Sequence
 
 from app.storage.base import Change, Entry, LoadedState
@@ -44,6 +45,13 @@ class MemoryStore:
 
     async def read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
         return self._grant_entries.get((account_id, grant_seq))
+
+    async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
+        entries = self._entries.get(account_id, [])
+        index = bisect.bisect_right(entries, timestamp, key=lambda e: e.timestamp)
+        if index == 0:
+            return 0, 0
+        return entries[index - 1].available, entries[index - 1].debt
 
     async def read_idempotency_body(self, scope: str, key: str) -> bytes | None:
         return None

@@ -84,6 +84,18 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
         CREATE INDEX idempotency_by_age ON idempotency (created_at_s);
         """,
     ),
+    (
+        2,
+        # As-of balance reads find the last entry at or before a time by index.
+        """
+        CREATE INDEX entries_by_time ON entries (account_id, timestamp, seq);
+        """,
+    ),
+)
+# The last entry at or before a time (reads are safe: an as-of read is answered from here).
+_TOTALS_AT = (
+    "SELECT available, debt FROM entries WHERE account_id = $1 AND timestamp <= $2 "
+    "ORDER BY timestamp DESC, seq DESC LIMIT 1"
 )
 
 
@@ -167,6 +179,10 @@ class PgTransaction:
             )
         if created:
             await self._conn.execute("UPDATE account_count SET n = n + $1", created)
+
+    async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
+        row = await self._conn.fetchrow(_TOTALS_AT, account_id, timestamp)
+        return (0, 0) if row is None else (row["available"], row["debt"])
 
     async def load_batches(self, account_ids: Sequence[str]) -> dict[str, list[Batch]]:
         rows = await self._conn.fetch(
@@ -317,6 +333,28 @@ class PostgresStore:
             f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE account_id = $1", account_id
         )
         return None if row is None else _state(row)
+
+    async def read_balance_at(
+        self, account_id: str, timestamp: int
+    ) -> tuple[AccountState, tuple[int, int]] | None:
+        """The account and its (available, debt) at ``timestamp``, changing nothing: the
+        projection from its live batches at or after its clock, the stored history before
+        it. None for an unknown account."""
+        row = await self.pool.fetchrow(
+            f"SELECT {_ACCOUNT_COLUMNS}, (SELECT coalesce(sum(remaining), 0) FROM batches b "
+            "WHERE b.account_id = a.account_id AND b.expiry <= $2) AS expiring "
+            "FROM accounts a WHERE a.account_id = $1",
+            account_id,
+            timestamp,
+        )
+        if row is None:
+            return None
+        state = _state(row)
+        if timestamp >= state.clock:
+            return state, (state.available - int(row["expiring"]), state.debt)
+        # Entries at or before a time the clock has passed never change: no snapshot needed.
+        totals = await self.pool.fetchrow(_TOTALS_AT, account_id, timestamp)
+        return state, (0, 0) if totals is None else (totals["available"], totals["debt"])
 
     async def read_live_batches(self, account_id: str) -> tuple[AccountState | None, list[Batch]]:
         """The account and its live batches in consumption order, from one snapshot."""

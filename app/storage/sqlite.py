@@ -372,6 +372,34 @@ class SqliteStore:
         ).fetchone()
         return None if row is None else _entry_from_row(row)
 
+    async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reader, self._read_totals_at, account_id, timestamp)
+
+    def _read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
+        """Binary search over ``seq`` on the primary key: timestamps do not decrease with
+        seq, so O(log n) point reads find the last entry at or before ``timestamp`` with
+        no extra index to maintain on every write."""
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        row = conn.execute(
+            "SELECT max(seq) FROM entries WHERE account_id = ?", (account_id,)
+        ).fetchone()
+        low, high = 0, int(row[0] or 0)  # invariant: entry low is at or before, high+1 after
+        found: tuple[int, int] = (0, 0)
+        while low < high:
+            mid = (low + high + 1) // 2
+            entry = conn.execute(
+                "SELECT timestamp, available, debt FROM entries WHERE account_id = ? AND seq = ?",
+                (account_id, mid),
+            ).fetchone()
+            assert entry is not None, "ledger entries are contiguous"
+            if entry[0] <= timestamp:
+                low, found = mid, (entry[1], entry[2])
+            else:
+                high = mid - 1
+        return found
+
     async def read_idempotency_body(self, scope: str, key: str) -> bytes | None:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._reader, self._read_idempotency_body, scope, key)
