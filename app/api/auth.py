@@ -2,8 +2,8 @@
 
 Who may do what:
 - ``credits:grant`` may POST grants; ``credits:consume`` may POST consumptions;
-  ``credits:read`` may read balances (a read at a timestamp advances the account's clock),
-  live grants, one grant and the ledger.
+  ``credits:read`` may read balances, live grants, one grant and the ledger. Reads never
+  change an account (SPEC section 3), so a read-only key cannot move an account's clock.
 - A key with an account prefix may touch only account ids that start with it.
 - ``/healthz`` and ``/openapi.json`` are public.
 
@@ -14,9 +14,13 @@ anything but loopback unless it is explicitly started with ``--insecure-no-auth`
 from __future__ import annotations
 
 import logging
+import re
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
-from app.keys import KeyRecord, KeyRing, Scope, load_records
+from app.keys import KEY_ID_HEX_CHARS, KEY_PREFIX, KeyRecord, KeyRing, Scope, load_records
 
 log = logging.getLogger("app.auth")
 
@@ -41,6 +45,60 @@ class Forbidden(AuthError):
     pass
 
 
+# A claimed key id is logged only when it has the shape of one: nothing else a caller sends
+# in the header reaches the log (no secrets, no forged log lines).
+_KEY_ID_RE: Final = re.compile(rf"{KEY_PREFIX}([0-9a-f]{{{KEY_ID_HEX_CHARS}}})_")
+AUTH_LOG_MAX_LINES_PER_WINDOW: Final = 10
+AUTH_LOG_WINDOW_S: Final = 10.0
+
+
+class AuthFailureLog:
+    """One WARNING line per failed authentication (401): why, the key id the caller claimed
+    (never its secret) and the client address, so an operator can see a misconfigured
+    client or someone guessing keys. At most ``max_lines`` lines per ``window_s``: a flood of
+    bad keys must not flood the log (or the disk under it); the failures over the cap are
+    counted and reported in one line when the next window opens."""
+
+    def __init__(
+        self,
+        max_lines: int = AUTH_LOG_MAX_LINES_PER_WINDOW,
+        window_s: float = AUTH_LOG_WINDOW_S,
+        monotonic_s: Callable[[], float] = time.monotonic,
+    ) -> None:
+        assert max_lines >= 1
+        assert window_s > 0
+        self._max_lines = max_lines
+        self._window_s = window_s
+        self._monotonic_s = monotonic_s
+        self._window_start_s = -window_s
+        self._lines = 0
+        self._suppressed = 0
+
+    def record(self, reason: str, authorization: str | None, client: str) -> None:
+        now_s = self._monotonic_s()
+        if now_s - self._window_start_s >= self._window_s:
+            if self._suppressed:
+                log.warning(
+                    "%d more failed authentications in the last %g s were not logged "
+                    "(at most %d lines per window)",
+                    self._suppressed,
+                    self._window_s,
+                    self._max_lines,
+                )
+            self._window_start_s, self._lines, self._suppressed = now_s, 0, 0
+        if self._lines >= self._max_lines:
+            self._suppressed += 1
+            return
+        self._lines += 1
+        match = _KEY_ID_RE.match(authorization.partition(" ")[2].strip()) if authorization else None
+        log.warning(
+            "authentication failed (401): %s; key id %s; client %s",
+            reason,
+            match.group(1) if match else "none",
+            client,
+        )
+
+
 class Authenticator:
     """The key ring in force, re-read when the key file changes (create or revoke a key and
     it takes effect within one poll, without a restart)."""
@@ -53,6 +111,7 @@ class Authenticator:
         # process: revoking the last key (or losing the file) must lock everyone out, not
         # let everyone in.
         self._required = False
+        self.failures = AuthFailureLog()
         self.reload_if_changed()
 
     @property
@@ -82,18 +141,23 @@ class Authenticator:
         return True
 
 
-def authenticate(auth: Authenticator, authorization: str | None) -> KeyRecord | None:
-    """The caller's key from an ``Authorization`` header (401 without a valid one), or None
-    when authentication is off."""
+def authenticate(
+    auth: Authenticator, authorization: str | None, client: str = "unknown"
+) -> KeyRecord | None:
+    """The caller's key from an ``Authorization`` header (401 without a valid one, logged
+    with ``client``, the caller's address), or None when authentication is off."""
     if not auth.enabled:
         return None
     if authorization is None:
+        auth.failures.record("no Authorization header", authorization, client)
         raise Unauthenticated("an API key is required: Authorization: Bearer <key>")
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
+        auth.failures.record("not a Bearer token", authorization, client)
         raise Unauthenticated("the Authorization header must be: Bearer <key>")
     record = auth.ring.authenticate(token.strip())
     if record is None:
+        auth.failures.record("unknown or revoked key, or wrong secret", authorization, client)
         raise Unauthenticated("the API key is not valid")
     return record
 

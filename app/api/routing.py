@@ -68,7 +68,12 @@ class LedgerRoute(APIRoute):
             if policy != PUBLIC:
                 auth = request.app.state.authenticator
                 assert isinstance(auth, Authenticator)
-                key = authenticate(auth, request.headers.get("authorization"))
+                peer = request.client
+                key = authenticate(
+                    auth,
+                    request.headers.get("authorization"),
+                    f"{peer.host}:{peer.port}" if peer else "unknown",
+                )
                 if isinstance(policy, Scope):
                     account_id = request.path_params.get("account_id")
                     authorize(key, policy, account_id if isinstance(account_id, str) else None)
