@@ -98,7 +98,24 @@ def _keys(args: argparse.Namespace) -> int:
     path = settings.keys_path
     if args.keys_command == "create":
         scopes = tuple(dict.fromkeys(Scope(s) for s in args.scope))
-        key, record = create_key(path, args.name, scopes, args.account_prefix)
+        if not args.account_prefix and any(
+            q is not None
+            for q in (args.max_accounts, args.max_live_grants, args.max_idempotency_keys)
+        ):
+            print(
+                "quotas apply to a tenant, the accounts of one prefix: give --account-prefix",
+                file=sys.stderr,
+            )
+            return 2
+        key, record = create_key(
+            path,
+            args.name,
+            scopes,
+            args.account_prefix,
+            max_accounts=args.max_accounts,
+            max_live_grants=args.max_live_grants,
+            max_idempotency_keys=args.max_idempotency_keys,
+        )
         print(key)
         print(
             f"created key {record.key_id} ({record.name}) with scopes "
@@ -122,6 +139,13 @@ def _keys(args: argparse.Namespace) -> int:
         return 0
     print(f"no key {args.key_id} in {path}", file=sys.stderr)
     return 1
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _configure_logging(settings: Settings) -> None:
@@ -170,6 +194,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     create.add_argument(
         "--account-prefix", default="", help="only account ids starting with this (default: all)"
     )
+    for flag, what in (
+        ("--max-accounts", "accounts"),
+        ("--max-live-grants", "live grants"),
+        ("--max-idempotency-keys", "Idempotency-Keys"),
+    ):
+        create.add_argument(
+            flag,
+            type=_positive_int,
+            metavar="N",
+            help=f"quota of {what} for the accounts of --account-prefix "
+            "(default: GPU_CREDITS_TENANT_" + flag[2:].upper().replace("-", "_") + ")",
+        )
     key_commands.add_parser("list", help="list keys (ids, names, scopes; never secrets)")
     revoke = key_commands.add_parser("revoke", help="revoke a key by its id")
     revoke.add_argument("key_id")

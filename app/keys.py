@@ -21,11 +21,13 @@ import os
 import secrets
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Final
+
+from app.quotas import Quota
 
 KEY_PREFIX: Final = "gck_"
 KEY_ID_HEX_CHARS: Final = 12
@@ -47,9 +49,43 @@ class KeyRecord:
     scopes: tuple[Scope, ...]
     account_prefix: str  # "" allows every account
     created_at_s: float
+    # Quota overrides for the tenant of ``account_prefix`` (None: the service's defaults).
+    max_accounts: int | None = None
+    max_live_grants: int | None = None
+    max_idempotency_keys: int | None = None
 
     def allows_account(self, account_id: str) -> bool:
         return account_id.startswith(self.account_prefix)
+
+
+def tenant_quotas(
+    records: Iterable[KeyRecord], default: Quota
+) -> tuple[dict[str, Quota], dict[str, str]]:
+    """The tenants the keys define: each account prefix a key is restricted to, with its
+    quota (a key's override where it has one; with several keys on one prefix, the largest
+    any of them grants), and which key belongs to which prefix."""
+    overrides: dict[str, list[KeyRecord]] = {}
+    prefix_of_key: dict[str, str] = {}
+    for record in records:
+        if record.account_prefix:
+            overrides.setdefault(record.account_prefix, []).append(record)
+            prefix_of_key[record.key_id] = record.account_prefix
+
+    def pick(values: list[int | None], fallback: int) -> int:
+        given = [v for v in values if v is not None]
+        return max(given) if given else fallback
+
+    quotas = {
+        prefix: Quota(
+            max_accounts=pick([r.max_accounts for r in keys], default.max_accounts),
+            max_live_grants=pick([r.max_live_grants for r in keys], default.max_live_grants),
+            max_idempotency_keys=pick(
+                [r.max_idempotency_keys for r in keys], default.max_idempotency_keys
+            ),
+        )
+        for prefix, keys in overrides.items()
+    }
+    return quotas, prefix_of_key
 
 
 class KeyFileError(ValueError):
@@ -78,6 +114,9 @@ class KeyRing:
 
     def __len__(self) -> int:
         return len(self._by_id)
+
+    def records(self) -> list[KeyRecord]:
+        return list(self._by_id.values())
 
     def authenticate(self, token: str) -> KeyRecord | None:
         """The record of a valid key, or None. Constant time in the secret."""
@@ -110,11 +149,22 @@ def load_records(path: Path) -> list[KeyRecord]:
                 scopes=tuple(Scope(s) for s in item["scopes"]),
                 account_prefix=str(item["account_prefix"]),
                 created_at_s=float(item["created_at_s"]),
+                max_accounts=_optional_count(item.get("max_accounts")),
+                max_live_grants=_optional_count(item.get("max_live_grants")),
+                max_idempotency_keys=_optional_count(item.get("max_idempotency_keys")),
             )
             for item in items
         ]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise KeyFileError(f"{path}: unreadable API key file: {exc}") from exc
+
+
+def _optional_count(value: object) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int or value < 1:
+        raise ValueError(f"a quota must be a positive integer, got {value!r}")
+    return value
 
 
 def save_records(path: Path, records: list[KeyRecord]) -> None:
@@ -149,13 +199,27 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def create_key(
-    path: Path, name: str, scopes: tuple[Scope, ...], account_prefix: str
+    path: Path,
+    name: str,
+    scopes: tuple[Scope, ...],
+    account_prefix: str,
+    max_accounts: int | None = None,
+    max_live_grants: int | None = None,
+    max_idempotency_keys: int | None = None,
 ) -> tuple[str, KeyRecord]:
+    """The ``max_*`` arguments override the service's quota for the tenant of
+    ``account_prefix``."""
     with _locked(path):
         records = load_records(path)
         if len(records) >= MAX_KEYS:
             raise KeyFileError(f"{path}: already holds {MAX_KEYS} keys; revoke some first")
         key, record = new_key(name, scopes, account_prefix, time.time())
+        record = replace(
+            record,
+            max_accounts=_optional_count(max_accounts),
+            max_live_grants=_optional_count(max_live_grants),
+            max_idempotency_keys=_optional_count(max_idempotency_keys),
+        )
         save_records(path, [*records, record])
     return key, record
 

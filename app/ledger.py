@@ -24,9 +24,9 @@ import bisect
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from app.domain import (
     Batch,
@@ -34,7 +34,9 @@ from app.domain import (
     Expiration,
     GPUCreditTracker,
     LedgerError,
+    NoLiveRoom,
 )
+from app.quotas import Quota, Resource, Tenant, Tenants, Usage
 from app.storage.base import (
     AccountRow,
     Change,
@@ -83,6 +85,26 @@ class IdempotencyKeysFull(ServiceError):
             f"{limit} Idempotency-Keys are held within the retention period, the most the "
             "service keeps (GPU_CREDITS_MAX_IDEMPOTENCY_KEYS); retry later or without a key"
         )
+
+
+class QuotaExceeded(ServiceError):
+    """A tenant's quota (``tenant`` is its account-id prefix), or with ``tenant`` None the
+    service's own bound on live grants, would be passed."""
+
+    def __init__(self, tenant: str | None, quota: Resource, limit: int) -> None:
+        if tenant is None:
+            message = (
+                f"the service already holds {limit} {quota}, the most it may hold "
+                "(GPU_CREDITS_MAX_LIVE_GRANTS); consume or let some expire first"
+            )
+        else:
+            message = (
+                f"the accounts starting with {tenant!r} already hold {limit} {quota}, their quota"
+            )
+        super().__init__(message)
+        self.tenant = tenant
+        self.quota = quota
+        self.limit = limit
 
 
 class ServiceUnavailable(ServiceError):
@@ -189,6 +211,13 @@ def batch_scope(api_key_id: str | None) -> str:
     return BATCH_SCOPE if api_key_id is None else f"{BATCH_SCOPE}/{api_key_id}"
 
 
+def _api_key_of_scope(scope: str) -> str | None:
+    """The API key id a batch scope names; None for an account's scope or an anonymous
+    batch's."""
+    head = BATCH_SCOPE + "/"
+    return scope[len(head) :] if scope.startswith(head) else None
+
+
 @dataclass(slots=True)
 class GrantOp:
     account_id: str
@@ -284,18 +313,29 @@ class _PendingKey:
     durable: asyncio.Future[None]
 
 
+DEFAULT_TENANT_QUOTA: Final = Quota(
+    max_accounts=100_000, max_live_grants=1_000_000, max_idempotency_keys=100_000
+)
+
+
 @dataclass(slots=True)
 class Limits:
     """Bounds on what the ledger holds in memory; each refusal is a clear problem document."""
 
     max_accounts: int = 1_000_000
     max_live_grants_per_account: int = 10_000
+    # All accounts together: about 190 bytes each in memory (README, Quotas), so the default
+    # bounds live grants at about 2 GiB however the accounts share them.
+    max_live_grants: int = 10_000_000
     max_idempotency_keys: int = 1_000_000
     idempotency_ttl_s: float = 24 * 3600.0
+    # What a tenant (an API key's account prefix) may hold unless its keys say otherwise.
+    tenant_quota: Quota = field(default_factory=lambda: DEFAULT_TENANT_QUOTA)
 
     def __post_init__(self) -> None:
         assert self.max_accounts >= 1
         assert self.max_live_grants_per_account >= 1
+        assert self.max_live_grants >= 1
         assert self.max_idempotency_keys >= 1
         assert self.idempotency_ttl_s > 0
 
@@ -314,6 +354,8 @@ class Ledger:
         self._accounts: dict[str, _Account] = {}
         self._keys: dict[tuple[str, str], _PendingKey] = {}
         self._failure: str | None = None
+        self._tenants = Tenants()
+        self._live_grants = 0  # live batches over every account held (Limits.max_live_grants)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -325,6 +367,7 @@ class Ledger:
                 max_live_batches=self._limits.max_live_grants_per_account,
             )
             self._accounts[account_id] = _Account(tracker, account.next_entry_seq)
+            self._live_grants += tracker.live_batch_count
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         for record in loaded.idempotency:
@@ -338,9 +381,35 @@ class Ledger:
         cutoff_s = self._wall_clock_s() - self._idempotency_ttl_s
         old = [k for k, p in self._keys.items() if p.record.created_at_s < cutoff_s]
         for k in old:
-            del self._keys[k]
+            self._forget_key(k)
         await self._store.prune_idempotency(cutoff_s)
         return len(old)
+
+    def configure_tenants(
+        self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]
+    ) -> None:
+        """The tenants in force: each account-id prefix an API key is restricted to, with
+        its quota, and which key belongs to which (a batch's Idempotency-Key counts against
+        the tenant of the key that sent it). Called at startup and when the keys change; a
+        new prefix is counted once from what the ledger holds (O(accounts + keys))."""
+
+        def usage_of(prefix: str) -> Usage:
+            usage = Usage()
+            for account_id, account in self._accounts.items():
+                if account_id.startswith(prefix):
+                    usage.accounts += 1
+                    usage.live_grants += account.tracker.live_batch_count
+            for scope, _ in self._keys:
+                owner = _api_key_of_scope(scope)
+                if (
+                    prefix_of_key.get(owner) == prefix
+                    if owner is not None
+                    else scope.startswith(prefix)
+                ):
+                    usage.idempotency_keys += 1
+            return usage
+
+        self._tenants.configure(quotas, prefix_of_key, usage_of)
 
     @property
     def healthy(self) -> bool:
@@ -402,7 +471,7 @@ class Ledger:
                     fut = pending.durable
                 else:
                     if idempotency is not None:
-                        self._make_room_for_a_key()
+                        self._make_room_for_a_key(account_id)
                     change, receipt = apply(account)
                     if idempotency is not None:
                         change.idempotency = self._key_record(
@@ -470,7 +539,7 @@ class Ledger:
                 waits: list[asyncio.Future[None]] = []
             else:
                 if idempotency is not None:
-                    self._make_room_for_a_key()
+                    self._make_room_for_a_key(scope)
                 baselines = await self._balance_baselines(operations, accounts, self._history)
                 outcome, changes = self._apply_batch(
                     operations, atomic, accounts, self._create_for_batch, baselines
@@ -555,6 +624,9 @@ class Ledger:
             except (LedgerError, ServiceError) as exc:
                 if atomic:
                     for saved_id, (tracker, next_entry_seq) in saved.items():
+                        current = accounts[saved_id].tracker
+                        undone = tracker.live_batch_count - current.live_batch_count
+                        self._count_live(self._tenants.of_account(saved_id), undone)
                         accounts[saved_id].tracker = tracker
                         accounts[saved_id].next_entry_seq = next_entry_seq
                     return BatchOutcome(results=[exc], failed_index=index), []
@@ -573,7 +645,13 @@ class Ledger:
     ) -> tuple[Change, GrantReceipt]:
         tracker = account.tracker
         before = (tracker.available, tracker.debt)
-        result = tracker.apply_grant(amount, timestamp, expiry)
+        tenants = self._tenants.of_account(account_id)
+        live_before = tracker.live_batch_count
+        try:
+            result = tracker.apply_grant(amount, timestamp, expiry, self._live_room(tenants))
+        except NoLiveRoom:
+            raise self._live_quota_error(tenants) from None
+        self._count_live(tenants, tracker.live_batch_count - live_before)
         entries = self._expiration_entries(account, result.expired, *before)
         seq = self._next_seq(account)
         details = {
@@ -608,7 +686,12 @@ class Ledger:
     ) -> tuple[Change, ConsumptionReceipt]:
         tracker = account.tracker
         before = (tracker.available, tracker.debt)
+        live_before = tracker.live_batch_count
         result = tracker.apply_consume(amount, timestamp)
+        if tracker.live_batch_count != live_before:
+            self._count_live(
+                self._tenants.of_account(account_id), tracker.live_batch_count - live_before
+            )
         entries = self._expiration_entries(account, result.expired, *before)
         seq = self._next_seq(account)
         allocation = [Allocation(d.grant_seq, d.expiry, d.amount) for d in result.draws]
@@ -802,14 +885,52 @@ class Ledger:
             else:
                 change.removed_grant_seqs.append(draw.grant_seq)
 
-    def _make_room_for_a_key(self) -> None:
-        if len(self._keys) < self._limits.max_idempotency_keys:
+    def _make_room_for_a_key(self, scope: str) -> None:
+        """Refuse a new Idempotency-Key in ``scope`` past the service's or its tenant's
+        bound, after dropping the expired ones."""
+        tenants = self._scope_tenants(scope)
+        tight = Tenants.tightest(tenants, "idempotency keys")
+        if len(self._keys) < self._limits.max_idempotency_keys and (
+            tight is None or tight.room("idempotency keys") >= 1
+        ):
             return
         cutoff_s = self._wall_clock_s() - self._idempotency_ttl_s
         for k in [k for k, p in self._keys.items() if p.record.created_at_s < cutoff_s]:
-            del self._keys[k]
+            self._forget_key(k)
         if len(self._keys) >= self._limits.max_idempotency_keys:
             raise IdempotencyKeysFull(self._limits.max_idempotency_keys)
+        if tight is not None and tight.room("idempotency keys") < 1:
+            raise QuotaExceeded(tight.prefix, "idempotency keys", tight.quota.max_idempotency_keys)
+
+    def _scope_tenants(self, scope: str) -> tuple[Tenant, ...]:
+        owner = _api_key_of_scope(scope)
+        if owner is not None:
+            return self._tenants.of_api_key(owner)
+        return () if scope == BATCH_SCOPE else self._tenants.of_account(scope)
+
+    def _forget_key(self, k: tuple[str, str]) -> None:
+        del self._keys[k]
+        Tenants.add(self._scope_tenants(k[0]), "idempotency keys", -1)
+
+    def _live_room(self, tenants: tuple[Tenant, ...]) -> int | None:
+        """How many more live grants the service and the account's tenants allow."""
+        room = self._limits.max_live_grants - self._live_grants
+        for tenant in tenants:
+            room = min(room, tenant.room("live grants"))
+        return room
+
+    def _live_quota_error(self, tenants: tuple[Tenant, ...]) -> QuotaExceeded:
+        tight = Tenants.tightest(tenants, "live grants")
+        if tight is None or self._limits.max_live_grants - self._live_grants <= tight.room(
+            "live grants"
+        ):
+            return QuotaExceeded(None, "live grants", self._limits.max_live_grants)
+        return QuotaExceeded(tight.prefix, "live grants", tight.quota.max_live_grants)
+
+    def _count_live(self, tenants: tuple[Tenant, ...], delta: int) -> None:
+        self._live_grants += delta
+        assert self._live_grants >= 0
+        Tenants.add(tenants, "live grants", delta)
 
     def _find_replay(self, scope: str, idempotency: Idempotency | None) -> _PendingKey | None:
         """The earlier request with this key in ``scope`` (an account id, or a batch scope);
@@ -826,7 +947,12 @@ class Ledger:
         if account is None:
             if len(self._accounts) >= self._limits.max_accounts:
                 raise AccountLimit(self._limits.max_accounts)
+            tenants = self._tenants.of_account(account_id)
+            tight = Tenants.tightest(tenants, "accounts")
+            if tight is not None and tight.room("accounts") < 1:
+                raise QuotaExceeded(tight.prefix, "accounts", tight.quota.max_accounts)
             account = self._new_account(account_id)
+            Tenants.add(tenants, "accounts", 1)
         return account
 
     def _new_account(self, account_id: str) -> _Account:
@@ -840,6 +966,7 @@ class Ledger:
         if account.next_entry_seq == 1 and account.writers == 0:
             # Created for a request that failed, and nobody else is waiting on it.
             del self._accounts[account_id]
+            Tenants.add(self._tenants.of_account(account_id), "accounts", -1)
 
     def _key_record(self, scope: str, idempotency: Idempotency, body: bytes) -> IdempotencyRecord:
         return IdempotencyRecord(
@@ -856,6 +983,7 @@ class Ledger:
         if record is None:
             return
         self._keys[(record.account_id, record.key)] = _PendingKey(record, fut)
+        Tenants.add(self._scope_tenants(record.account_id), "idempotency keys", 1)
         if self._store.persists_idempotency_bodies:
             # Once durable, the body is on disk: hold only what matching a retry needs.
             def forget_body(done: asyncio.Future[None]) -> None:

@@ -18,6 +18,7 @@ from app.api.auth import Authenticator
 from app.api.limits import RequestLimits
 from app.api.openapi import build_openapi
 from app.api.routes import BATCH_PATH, router
+from app.keys import tenant_quotas
 from app.ledger import Ledger
 from app.settings import Settings
 from app.storage import open_store
@@ -59,6 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.info("ledger ready: storage=%s", settings.storage)
         authenticator = Authenticator(settings.keys_path)
         app.state.authenticator = authenticator
+        _configure_tenants(ledger, authenticator, settings)
         if not authenticator.enabled:
             log.warning(
                 "no API keys in %s: authentication is OFF; anyone who can reach this "
@@ -67,7 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
         tasks = [
             asyncio.create_task(_prune_forever(ledger)),
-            asyncio.create_task(_reload_keys_forever(authenticator)),
+            asyncio.create_task(_reload_keys_forever(authenticator, ledger, settings)),
         ]
         try:
             yield
@@ -123,11 +125,20 @@ def _tune_gc() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
-async def _reload_keys_forever(authenticator: Authenticator) -> None:
+def _configure_tenants(ledger: Ledger, authenticator: Authenticator, settings: Settings) -> None:
+    """The tenants and quotas the keys in force define (see app.quotas)."""
+    quotas, prefix_of_key = tenant_quotas(authenticator.ring.records(), settings.tenant_quota())
+    ledger.configure_tenants(quotas, prefix_of_key)
+
+
+async def _reload_keys_forever(
+    authenticator: Authenticator, ledger: Ledger, settings: Settings
+) -> None:
     while True:
         await asyncio.sleep(KEY_RELOAD_INTERVAL_S)
         try:
-            authenticator.reload_if_changed()
+            if authenticator.reload_if_changed():
+                _configure_tenants(ledger, authenticator, settings)
         except Exception:  # keep the keys in force; say so loudly
             log.exception("API key file unreadable; keeping the previous keys")
 

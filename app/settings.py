@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.ledger import Limits
+from app.quotas import Quota
 
 
 class Settings(BaseSettings):
@@ -51,6 +52,24 @@ class Settings(BaseSettings):
     )
     max_idempotency_keys: int = Field(
         1_000_000, ge=1, le=10**8, description="Idempotency-Keys held within their retention."
+    )
+    max_live_grants: int = Field(
+        10_000_000,
+        ge=1,
+        le=10**9,
+        description=(
+            "Live grants over all accounts (about 190 bytes each in memory; on postgres, "
+            "what one process caches)."
+        ),
+    )
+    tenant_max_accounts: int = Field(
+        100_000, ge=1, le=10**8, description="Accounts per tenant (API key account prefix)."
+    )
+    tenant_max_live_grants: int = Field(
+        1_000_000, ge=1, le=10**9, description="Live grants per tenant (embedded backends)."
+    )
+    tenant_max_idempotency_keys: int = Field(
+        100_000, ge=1, le=10**8, description="Idempotency-Keys per tenant (embedded backends)."
     )
     max_body_bytes: int = Field(
         64 * 1024, ge=1024, le=64 * 1024 * 1024, description="Largest request body (413)."
@@ -97,7 +116,17 @@ class Settings(BaseSettings):
             max_accounts=self.max_accounts,
             max_live_grants_per_account=self.max_live_grants_per_account,
             max_idempotency_keys=self.max_idempotency_keys,
+            max_live_grants=self.max_live_grants,
             idempotency_ttl_s=self.idempotency_ttl_hours * 3600.0,
+            tenant_quota=self.tenant_quota(),
+        )
+
+    def tenant_quota(self) -> Quota:
+        """What a tenant may hold unless one of its keys says otherwise."""
+        return Quota(
+            max_accounts=self.tenant_max_accounts,
+            max_live_grants=self.tenant_max_live_grants,
+            max_idempotency_keys=self.tenant_max_idempotency_keys,
         )
 
     @property

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeVar
 
 import asyncpg
@@ -36,12 +36,14 @@ from app.ledger import (
     Limits,
     LiveGrant,
     Operation,
+    QuotaExceeded,
     Replay,
     ServiceError,
     ServiceUnavailable,
     _Account,
     grant_view_of,
 )
+from app.quotas import Quota, Tenant, Usage
 from app.storage.base import Change, Entry, IdempotencyRecord
 from app.storage.postgres import AccountState, PgTransaction, PostgresStore
 
@@ -85,6 +87,10 @@ class SharedLedger(Ledger):
         super().__init__(store, limits, wall_clock_s)  # type: ignore[arg-type]
         self._pg = store
         self._versions: dict[str, int] = {}  # account -> row version its cached tracker has
+        # Live batches of each cached tracker as last released, and their sum: the cache is
+        # bounded by Limits.max_live_grants, least recently used accounts evicted first.
+        self._cached_live: dict[str, int] = {}
+        self._cached_live_total = 0
 
     async def start(self) -> None:
         await self._pg.open()
@@ -134,6 +140,13 @@ class SharedLedger(Ledger):
                 if account_id in new:
                     if await tx.account_count() >= self._limits.max_accounts:
                         raise AccountLimit(self._limits.max_accounts)
+                    for tenant in self._tenants.of_account(account_id):
+                        # Counted with this row already inserted: more than the quota means
+                        # it was full. account_count() serialises creation, so this is exact.
+                        if await tx.count_accounts(tenant.prefix) > tenant.quota.max_accounts:
+                            raise QuotaExceeded(
+                                tenant.prefix, "accounts", tenant.quota.max_accounts
+                            )
                     states, created = new, True
                 else:  # created by another process meanwhile
                     states = await tx.lock_accounts([account_id])
@@ -229,11 +242,18 @@ class SharedLedger(Ledger):
             missing = [a for a in account_ids if a not in states]
             placeholders: dict[str, AccountState] = {}
             budget = 0
+            tenant_room: dict[str, int] = {}  # tenant prefix -> accounts it may still create
             if missing:
                 placeholders = await tx.create_accounts(missing)
                 raced = [a for a in missing if a not in placeholders]
                 states.update(await tx.lock_accounts(raced))
                 budget = self._limits.max_accounts - await tx.account_count()
+                for account_id in placeholders:
+                    for tenant in self._tenants.of_account(account_id):
+                        if tenant.prefix not in tenant_room:
+                            ours = sum(1 for a in placeholders if a.startswith(tenant.prefix))
+                            held = await tx.count_accounts(tenant.prefix) - ours
+                            tenant_room[tenant.prefix] = tenant.quota.max_accounts - held
             await self._sync(tx, states)
             accounts = {a: locals_[a] for a in states}
             baselines = await self._balance_baselines(operations, accounts, tx.read_totals_at)
@@ -242,6 +262,12 @@ class SharedLedger(Ledger):
             def create(account_id: str) -> _Account:
                 if len(created) >= budget:
                     raise AccountLimit(self._limits.max_accounts)
+                tenants = self._tenants.of_account(account_id)
+                for tenant in tenants:
+                    if tenant_room[tenant.prefix] < 1:
+                        raise QuotaExceeded(tenant.prefix, "accounts", tenant.quota.max_accounts)
+                for tenant in tenants:
+                    tenant_room[tenant.prefix] -= 1
                 created.append(account_id)
                 account = locals_[account_id]
                 account.tracker = self._fresh_tracker()
@@ -315,9 +341,51 @@ class SharedLedger(Ledger):
 
     def _release_local(self, account_id: str, account: _Account) -> None:
         account.writers -= 1
-        if account.writers == 0 and account_id not in self._versions:
+        if account.writers > 0:
+            return
+        if account_id not in self._versions:
             # Nothing cached worth keeping (unknown or failed): bound memory by dropping it.
             del self._accounts[account_id]
+            self._cached_live_total -= self._cached_live.pop(account_id, 0)
+            return
+        live = account.tracker.live_batch_count
+        self._cached_live_total += live - self._cached_live.get(account_id, 0)
+        self._cached_live[account_id] = live
+        # Most recently used last: dicts keep insertion order, so the oldest come first.
+        del self._accounts[account_id]
+        self._accounts[account_id] = account
+        if self._cached_live_total > self._limits.max_live_grants:
+            self._evict_cached()
+
+    @property
+    def cached_live_grants(self) -> int:
+        """Live batches in this process's cache of trackers (bounded by max_live_grants)."""
+        return self._cached_live_total
+
+    def _evict_cached(self) -> None:
+        """Drop the least recently used idle trackers until the cache holds at most
+        ``max_live_grants`` live batches: a process's memory stays bounded however many
+        accounts it serves. An evicted account is reloaded from the database when used."""
+        for account_id in [a for a, acc in self._accounts.items() if acc.writers == 0]:
+            if self._cached_live_total <= self._limits.max_live_grants:
+                break
+            del self._accounts[account_id]
+            self._versions.pop(account_id, None)
+            self._cached_live_total -= self._cached_live.pop(account_id, 0)
+
+    # Live grants and their quotas live in the database here; the cache is bounded instead.
+    def _live_room(self, tenants: tuple[Tenant, ...]) -> int | None:
+        return None
+
+    def _count_live(self, tenants: tuple[Tenant, ...], delta: int) -> None:
+        return None
+
+    def configure_tenants(
+        self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]
+    ) -> None:
+        """Only the account quota is enforced here, counted in the database when an account
+        is created (see README, Quotas)."""
+        self._tenants.configure(quotas, prefix_of_key, lambda _prefix: Usage())
 
     async def _sync(self, tx: PgTransaction, states: dict[str, AccountState]) -> None:
         """Make the cached trackers of the locked ``states`` current: reload those whose row

@@ -76,7 +76,7 @@ def test_migrate_command_applies_then_finds_nothing_to_do(
     first = subprocess.run(
         [console_script(), "migrate"], env=env, capture_output=True, text=True, check=True
     )
-    assert "applied migrations: [1, 2]" in first.stderr, first.stderr
+    assert "applied migrations: [1, 2, 3]" in first.stderr, first.stderr
     second = subprocess.run(
         [console_script(), "migrate"], env=env, capture_output=True, text=True, check=True
     )
@@ -199,7 +199,7 @@ def test_a_version_1_database_upgrades_and_keeps_its_data(
     finally:
         server.stop()
     rows = asyncio.run(_fetch(url, "SELECT version FROM schema_migrations ORDER BY 1"))
-    assert [r["version"] for r in rows] == [1, 2]
+    assert [r["version"] for r in rows] == [1, 2, 3]
     indexes = asyncio.run(
         _fetch(url, "SELECT indexname FROM pg_indexes WHERE tablename = 'entries'")
     )

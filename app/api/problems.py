@@ -33,6 +33,7 @@ from app.ledger import (
     GrantNotFound,
     IdempotencyKeyReused,
     IdempotencyKeysFull,
+    QuotaExceeded,
     ServiceError,
     ServiceUnavailable,
 )
@@ -72,6 +73,7 @@ UNAUTHENTICATED = ProblemType("unauthenticated", "Missing or invalid API key", 4
 FORBIDDEN = ProblemType("forbidden", "The API key may not do this", 403)
 LIVE_GRANT_LIMIT = ProblemType("live-grant-limit", "Too many live grants on the account", 409)
 ACCOUNT_LIMIT = ProblemType("account-limit", "Too many accounts", 409)
+QUOTA_EXCEEDED = ProblemType("quota-exceeded", "A quota is reached", 409)
 IDEMPOTENCY_KEYS_FULL = ProblemType("idempotency-keys-full", "Too many Idempotency-Keys", 503)
 UNAVAILABLE = ProblemType("unavailable", "Service unavailable", 503)
 INTERNAL = ProblemType("internal-error", "Internal server error", 500)
@@ -138,6 +140,11 @@ def describe(exc: Exception) -> Described:
         return Described(IDEMPOTENCY_KEY_REUSED, detail, {})
     if isinstance(exc, AccountLimit):
         return Described(ACCOUNT_LIMIT, detail, {})
+    if isinstance(exc, QuotaExceeded):
+        members: dict[str, Any] = {"quota": exc.quota, "limit": exc.limit}
+        if exc.tenant is not None:
+            members["tenant"] = exc.tenant
+        return Described(QUOTA_EXCEEDED, detail, members)
     if isinstance(exc, IdempotencyKeysFull):
         return Described(IDEMPOTENCY_KEYS_FULL, detail, {}, {"Retry-After": "60"})
     if isinstance(exc, ServiceUnavailable):

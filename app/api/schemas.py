@@ -308,6 +308,19 @@ class Problem(BaseModel):
         None, description="For a timestamp regression: the account's latest timestamp."
     )
     limit: int | None = Field(None, description="For a limit reached: the limit.")
+    quota: str | None = Field(
+        None,
+        description=(
+            "For a quota reached: which one (`accounts`, `live grants`, `idempotency keys`)."
+        ),
+    )
+    tenant: str | None = Field(
+        None,
+        description=(
+            "For a quota reached: the account-id prefix whose quota it is (absent: the "
+            "service's own bound)."
+        ),
+    )
     operation_index: int | None = Field(
         None, description="For an aborted atomic batch: the 0-based index of the failed operation."
     )

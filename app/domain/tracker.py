@@ -70,6 +70,14 @@ class LiveBatchLimit(LedgerError):
         self.limit = limit
 
 
+class NoLiveRoom(LedgerError):
+    """A grant that would keep a new live batch when the caller allowed no more (a limit
+    outside this account, such as a tenant's quota: see ``apply_grant``'s ``live_room``)."""
+
+    def __init__(self) -> None:
+        super().__init__("no room for another live grant")
+
+
 class TotalOverflow(LedgerError):
     """An operation that would push a running total (available credits, debt) past 2^53-1."""
 
@@ -233,8 +241,13 @@ class GPUCreditTracker:
         expiry, grant_seq, remaining = self._heap[0]
         return Batch(grant_seq=grant_seq, expiry=expiry, remaining=remaining)
 
-    def apply_grant(self, amount: int, timestamp: int, expiry: int) -> GrantResult:
-        grant_seq, settled, popped = self._grant(amount, timestamp, expiry)
+    def apply_grant(
+        self, amount: int, timestamp: int, expiry: int, live_room: int | None = None
+    ) -> GrantResult:
+        """``live_room``: how many more live batches than this tracker holds now the caller
+        allows (its own limits across accounts); the batches this grant expires free room.
+        A grant that would keep a batch without room raises ``NoLiveRoom``."""
+        grant_seq, settled, popped = self._grant(amount, timestamp, expiry, live_room)
         return GrantResult(
             grant_seq,
             settled,
@@ -340,7 +353,9 @@ class GPUCreditTracker:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _grant(self, amount: int, timestamp: int, expiry: int) -> tuple[int, int, _Popped]:
+    def _grant(
+        self, amount: int, timestamp: int, expiry: int, live_room: int | None = None
+    ) -> tuple[int, int, _Popped]:
         """Validate, then apply; return (grant_seq, settled_debt, expired batches)."""
         # Validation inlined: this is the hot path, and a call costs more than the check.
         if type(amount) is not int or not 0 < amount <= MAX_VALUE:
@@ -365,6 +380,9 @@ class GPUCreditTracker:
         if retained and len(heap) >= self._max_live_batches:
             self._unpop(popped)
             raise LiveBatchLimit(self._max_live_batches)
+        if retained and live_room is not None and live_room + len(popped) < 1:
+            self._unpop(popped)
+            raise NoLiveRoom()
 
         grant_seq = self._next_grant_seq
         self._next_grant_seq = grant_seq + 1

@@ -91,6 +91,13 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
         CREATE INDEX entries_by_time ON entries (account_id, timestamp, seq);
         """,
     ),
+    (
+        3,
+        # Tenant quotas count a prefix's accounts by range; byte order makes the range exact.
+        """
+        CREATE INDEX accounts_by_prefix ON accounts (account_id COLLATE "C");
+        """,
+    ),
 )
 # The last entry at or before a time (reads are safe: an as-of read is answered from here).
 _TOTALS_AT = (
@@ -167,6 +174,18 @@ class PgTransaction:
     async def account_count(self) -> int:
         """The number of accounts, locked until commit (account creation is serialised)."""
         count: int = await self._conn.fetchval("SELECT n FROM account_count FOR UPDATE")
+        return count
+
+    async def count_accounts(self, prefix: str) -> int:
+        """Accounts whose id starts with ``prefix``, this transaction's new rows included.
+        Account ids use ASCII below 0x7f only, so in byte order they lie in [prefix,
+        prefix + 0x7f): an index range, not a scan of every account."""
+        count: int = await self._conn.fetchval(
+            'SELECT count(*) FROM accounts WHERE account_id COLLATE "C" >= $1 '
+            'AND account_id COLLATE "C" < $2',
+            prefix,
+            prefix + "\x7f",
+        )
         return count
 
     async def settle_accounts(self, created: int, unused: Sequence[str]) -> None:
