@@ -14,6 +14,15 @@ Why it is shaped this way:
   as the journal (``entries``), so startup reads state, never replays history.
 - Reads of history use a second connection on a reader thread; WAL lets them run while the
   writer commits, and they only see committed data.
+- One process per database file, whatever name reaches it: this backend trusts its memory, so
+  a second process on the same file would overwrite the first one's rows with stale ones. The
+  lock is a BSD ``flock`` on a descriptor of the database file itself, so it belongs to the
+  file (its inode), not to a path: symlinks, hard links and bind mounts all meet it. Not a lock
+  on ``<file>.lock`` (an alias of the file has another lock name) and not a POSIX ``fcntl``
+  lock (SQLite uses those on the same file, and a process drops all of its POSIX locks on a
+  file when it closes any descriptor of it). Nor ``PRAGMA locking_mode=EXCLUSIVE``: one
+  connection would hold the file and the reader connection could not open it. The kernel
+  drops the lock with the process, even on SIGKILL.
 """
 
 from __future__ import annotations
@@ -152,7 +161,7 @@ class SqliteStore:
 
     def _open(self, idempotency_min_created_at_s: float) -> LoadedState:
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._take_process_lock()
+        self._lock_database_file()
         conn = self._write_conn = _connect(self._path)
         conn.executescript(_SCHEMA)
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -191,20 +200,32 @@ class SqliteStore:
             )
         return state
 
-    def _take_process_lock(self) -> None:
-        """One process per database file: this backend trusts its memory, so a second
-        process on the same file would overwrite the first one's rows with stale ones. The
-        lock is the kernel's (flock), so it goes away with the process, even on SIGKILL."""
-        lock_path = self._path.with_name(self._path.name + ".lock")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    def _lock_database_file(self) -> None:
+        """Take the one-process-per-file lock (see the module docstring): an exclusive flock
+        on a descriptor of the database file itself, created here if it does not exist (an
+        empty file is an empty SQLite database)."""
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            held = os.fstat(fd)
+            # Closing this descriptor would drop SQLite's POSIX locks on the file if this
+            # process had connections to it; it has none (the lock is held elsewhere).
             os.close(fd)
             raise StorageError(
-                f"{self._path} is in use by another gpu-credits process; the sqlite backend "
-                "serves one process (use storage=postgres for several)"
+                f"the database file {os.path.realpath(self._path)} (device {held.st_dev}, "
+                f"inode {held.st_ino}; configured as {self._path}) is in use by another "
+                "gpu-credits process; the sqlite backend serves one process (use "
+                "storage=postgres for several)"
             ) from None
+        links = os.fstat(fd).st_nlink
+        if links > 1:
+            log.warning(
+                "%s has %d hard links: SQLite finds its WAL by the name it was opened with, "
+                "so open this database only by this one name",
+                self._path,
+                links,
+            )
         self._lock_fd = fd
 
     async def close(self) -> None:
@@ -215,14 +236,16 @@ class SqliteStore:
         await loop.run_in_executor(self._reader, self._close_read)
         self._writer.shutdown()
         self._reader.shutdown()
+        # Only once no connection is left: closing a descriptor of the database file drops
+        # this process's POSIX locks on it, SQLite's included.
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
 
     def _close_write(self) -> None:
         if self._write_conn is not None:
             self._write_conn.close()
             self._write_conn = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # releases the flock
-            self._lock_fd = None
 
     def _close_read(self) -> None:
         if self._read_conn is not None:
