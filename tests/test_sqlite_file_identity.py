@@ -1,10 +1,15 @@
 """The SQLite file is known by its identity (device and inode), not by its path (issue 9,
-item 5).
+items 5 and 6).
 
 - One server per database file, however the file is reached: a second server that gets to
   the same file through a symlink (to the directory or to the file), a hard link or a bind
   mount must refuse to start, with a clear message and a non-zero exit, while the first one
   keeps serving. The path-keyed ``<file>.lock`` of before let the file-level aliases through.
+- A database whose file is no longer the one at its path (deleted, its directory removed,
+  renamed or replaced, its WAL deleted) is noticed within seconds: writes are refused with
+  503, ``/healthz`` answers 503 with the reason, and the reason is logged once at ERROR.
+  Before, writes were acknowledged into deleted files and everything was lost at restart.
+
 Every wait polls a condition with a bound in time; nothing sleeps for luck.
 """
 
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +26,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.domain import Batch
+from app.storage.base import AccountRow, Change, StorageError
+from app.storage.memory import MemoryStore
+from app.storage.sqlite import SqliteStore
 from tests.server_process import ServerProcess, console_script, free_port
 
 DB_NAME = "gpu-credits.sqlite3"  # the default GPU_CREDITS_SQLITE_FILE
@@ -185,3 +195,106 @@ def test_the_lock_dies_with_a_killed_server(tmp_path: Path, first: ServerProcess
         assert balance["balance"] == GRANT["amount"]
     finally:
         second.stop()
+
+
+# -- item 6: a database that is no longer the file at its path -----------------------------
+
+
+def health(server: ServerProcess) -> httpx.Response:
+    return httpx.get(f"{server.base_url}/healthz", timeout=2.0)
+
+
+def storage_errors_logged(log: str) -> list[str]:
+    return [line for line in log.splitlines() if " ERROR app.storage.sqlite:" in line]
+
+
+@pytest.mark.parametrize("how", ["deleted", "renamed-and-replaced"])
+def test_a_vanished_database_is_noticed_within_seconds(
+    tmp_path: Path, first: ServerProcess, how: str
+) -> None:
+    data = tmp_path / "data"
+    if how == "deleted":
+        shutil.rmtree(data)
+    else:
+        data.rename(tmp_path / "data.old")
+        data.mkdir()
+    # No request arrives meanwhile: the periodic check alone must notice.
+    took_s = wait_for(lambda: health(first).status_code == 503, DETECTION_WAIT_S, "healthz 503")
+    print(f"{how}: noticed after {took_s:.2f} s")
+    assert took_s <= DETECTION_BOUND_S, f"noticed after {took_s:.1f} s"
+
+    problem = health(first).json()
+    assert str(data / DB_NAME) in problem["detail"], problem
+    assert "restart" in problem["detail"], problem
+    r = httpx.post(f"{first.base_url}/v1/accounts/a/grants", json={**GRANT, "timestamp": 1})
+    assert r.status_code == 503, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert str(data / DB_NAME) in r.json()["detail"]
+    # Reads answer 503 too: the service looks unhealthy as a whole, it does not half-serve.
+    assert httpx.get(f"{first.base_url}/v1/accounts/a/balance").status_code == 503
+    errors = storage_errors_logged(first.log())
+    assert len(errors) == 1, first.log()
+    assert str(data / DB_NAME) in errors[0]
+
+
+def test_the_first_write_after_the_directory_is_replaced_is_refused(
+    tmp_path: Path, first: ServerProcess
+) -> None:
+    """Writes do not wait for the periodic check: each commit checks the file first (and
+    again before it is acknowledged), so nothing reaches the old file once it is gone."""
+    data = tmp_path / "data"
+    data.rename(tmp_path / "data.old")
+    data.mkdir()
+    r = httpx.post(f"{first.base_url}/v1/accounts/a/grants", json={**GRANT, "timestamp": 1})
+    assert r.status_code == 503, r.text
+    assert health(first).status_code == 503
+    first.stop()  # graceful: the store closes (and checkpoints into the old file)
+    assert "Application shutdown complete" in first.log(), first.log()
+    # The refused grant is in neither directory: the old file holds the acknowledged grant
+    # only, and the server created nothing in the replacement.
+    assert list(data.iterdir()) == []
+    with sqlite3.connect(tmp_path / "data.old" / DB_NAME) as conn:
+        assert conn.execute("SELECT count(*) FROM entries").fetchone() == (1,)
+
+
+# -- the store's check, in process ---------------------------------------------------------
+
+
+def one_change(account_id: str = "a") -> list[Change]:
+    row = AccountRow(account_id, clock=0, debt=0, next_grant_seq=2, next_entry_seq=1)
+    return [Change(row, upserted_batches=[Batch(1, 10, 1)])]
+
+
+async def test_a_healthy_store_reports_no_problem(tmp_path: Path) -> None:
+    assert await MemoryStore().check() is None
+    store = SqliteStore(tmp_path / DB_NAME)
+    await store.open(0.0)
+    try:
+        await store.submit(one_change())
+        assert await store.check() is None
+    finally:
+        await store.close()
+    assert await store.check() is None  # closed: nothing left to watch
+
+
+@pytest.mark.parametrize("how", ["wal-deleted", "file-replaced"])
+async def test_the_store_notices_its_files_are_gone(tmp_path: Path, how: str) -> None:
+    path = tmp_path / DB_NAME
+    store = SqliteStore(path)
+    await store.open(0.0)
+    try:
+        await store.submit(one_change())
+        if how == "wal-deleted":
+            # Commits would go on into the deleted WAL and be lost at restart.
+            os.unlink(f"{path}-wal")
+        else:
+            replacement = tmp_path / "replacement"
+            replacement.write_bytes(b"")
+            os.replace(replacement, path)
+        reason = await store.check()
+        assert reason is not None
+        assert str(tmp_path) in reason
+        with pytest.raises(StorageError, match=str(tmp_path)):
+            await store.submit(one_change("b"))
+    finally:
+        await store.close()
