@@ -14,7 +14,10 @@ Why it is shaped this way:
   durable: a writer awaits its own change, and a reader awaits the newest change submitted for
   the account before it answers, so no response ever shows state that a crash could lose.
 - If the backend fails to commit, memory has run ahead of disk and cannot be trusted: the
-  ledger stops serving (503) until the process restarts and reloads what is on disk.
+  ledger stops serving (503) until the process restarts and reloads what is on disk. The same
+  holds when the backend reports (``check_storage``, about once a second) that it can no
+  longer make anything durable, e.g. its database file was deleted or replaced. Reads stop
+  too: the service then looks unhealthy as a whole rather than half-serving.
 """
 
 from __future__ import annotations
@@ -411,9 +414,23 @@ class Ledger:
 
         self._tenants.configure(quotas, prefix_of_key, usage_of)
 
+    async def check_storage(self) -> None:
+        """Ask the backend whether it can still make changes durable; once it cannot, stop
+        serving with its reason (the backend logs it)."""
+        if self._failure is not None:
+            return
+        problem = await self._store.check()
+        if problem is not None and self._failure is None:
+            self._failure = f"storage failed, restart required: {problem}"
+
     @property
     def healthy(self) -> bool:
         return self._failure is None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the service stopped serving, or None."""
+        return self._failure
 
     async def ready(self) -> bool:
         """Can the service serve right now? (The shared ledger also asks its database.)"""

@@ -33,6 +33,9 @@ Every error is an RFC 9457 problem document (`application/problem+json`).
 log = logging.getLogger("app")
 IDEMPOTENCY_PRUNE_INTERVAL_S = 3600.0
 KEY_RELOAD_INTERVAL_S = 2.0
+# How often the backend is asked whether its files are still in place: a deleted or replaced
+# database is noticed within about this long even when no write arrives to find out.
+STORAGE_CHECK_INTERVAL_S = 1.0
 
 
 def build_ledger(settings: Settings) -> Ledger:
@@ -70,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tasks = [
             asyncio.create_task(_prune_forever(ledger)),
             asyncio.create_task(_reload_keys_forever(authenticator, ledger, settings)),
+            asyncio.create_task(_check_storage_forever(ledger)),
         ]
         try:
             yield
@@ -141,6 +145,15 @@ async def _reload_keys_forever(
                 _configure_tenants(ledger, authenticator, settings)
         except Exception:  # keep the keys in force; say so loudly
             log.exception("API key file unreadable; keeping the previous keys")
+
+
+async def _check_storage_forever(ledger: Ledger) -> None:
+    while not ledger.failure:
+        await asyncio.sleep(STORAGE_CHECK_INTERVAL_S)
+        try:
+            await ledger.check_storage()
+        except Exception:  # a broken check must not end the checking; say so loudly
+            log.exception("storage check failed")
 
 
 async def _prune_forever(ledger: Ledger) -> None:

@@ -42,6 +42,7 @@ class ServerProcess:
         storage: str = "sqlite",
         port: int | None = None,
         env: dict[str, str] | None = None,
+        log_path: Path | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.extra_env = dict(env or {})
@@ -49,7 +50,8 @@ class ServerProcess:
         self.port = port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = data_dir / f"server-{self.port}.log"
+        # Tests that delete or replace the data directory keep the log elsewhere.
+        self.log_path = log_path or data_dir / f"server-{self.port}.log"
 
     def start(self) -> float:
         """Start and wait until /healthz answers 200; return the seconds that took."""

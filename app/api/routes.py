@@ -375,7 +375,7 @@ async def list_ledger_entries(
 async def healthz(request: Request) -> Any:
     ledger = _ledger(request)
     if not await ledger.ready():
-        raise ServiceUnavailable("storage failed; restart required")
+        raise ServiceUnavailable(ledger.failure or "the database is unreachable")
     return {"status": "ok"}
 
 

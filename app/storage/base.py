@@ -129,4 +129,11 @@ class Store(Protocol):
         """Drop idempotency records created before ``min_created_at_s``; return how many."""
         ...
 
+    async def check(self) -> str | None:
+        """None while the backend can keep its promises; otherwise why not, and from then on
+        every submit fails (a durable backend whose files are no longer the ones at their
+        paths must not acknowledge anything). Cheap: the service calls it about once a
+        second."""
+        ...
+
     async def close(self) -> None: ...

@@ -59,5 +59,8 @@ class MemoryStore:
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         return 0  # the ledger holds the keys itself; nothing is stored here
 
+    async def check(self) -> str | None:
+        return None  # no files to lose
+
     async def close(self) -> None:
         return None

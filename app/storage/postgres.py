@@ -334,6 +334,11 @@ class PostgresStore:
         async with self.pool.acquire() as conn:
             await migrate(conn)
 
+    async def check(self) -> str | None:
+        """Nothing to watch here: the database keeps its own files, and readiness asks it
+        directly (``SharedLedger.ready``)."""
+        return None
+
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()

@@ -14,6 +14,21 @@ Why it is shaped this way:
   as the journal (``entries``), so startup reads state, never replays history.
 - Reads of history use a second connection on a reader thread; WAL lets them run while the
   writer commits, and they only see committed data.
+- One process per database file, whatever name reaches it: this backend trusts its memory, so
+  a second process on the same file would overwrite the first one's rows with stale ones. The
+  lock is a BSD ``flock`` on a descriptor of the database file itself, so it belongs to the
+  file (its inode), not to a path: symlinks, hard links and bind mounts all meet it. Not a lock
+  on ``<file>.lock`` (an alias of the file has another lock name) and not a POSIX ``fcntl``
+  lock (SQLite uses those on the same file, and a process drops all of its POSIX locks on a
+  file when it closes any descriptor of it). Nor ``PRAGMA locking_mode=EXCLUSIVE``: one
+  connection would hold the file and the reader connection could not open it. The kernel
+  drops the lock with the process, even on SIGKILL.
+- The files behind the open descriptors must stay the files at their paths: after the data
+  directory is deleted, renamed or replaced (or the WAL deleted), SQLite would go on
+  committing into unlinked files and everything would be lost at restart. ``check`` (called
+  about once a second) and every commit, before it starts and before it is acknowledged,
+  compare the identity (device, inode) of the open database and WAL files with what their
+  paths name now; on a mismatch the store fails like a failed commit and refuses writes.
 """
 
 from __future__ import annotations
@@ -24,6 +39,7 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -141,7 +157,12 @@ class SqliteStore:
         self._queue: list[tuple[Sequence[Change], asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._failure: StorageError | None = None
-        self._lock_fd: int | None = None
+        # Guards _failure's first assignment (log once) and the watched descriptors, which
+        # the writer thread and check()'s thread read while close() may release them.
+        self._state_lock = threading.Lock()
+        # (what, path, descriptor) of each file whose identity must stay the one at its path:
+        # the database file (its descriptor also holds the flock) and the WAL.
+        self._watched: list[tuple[str, str, int]] = []
         self.commits = 0  # transactions committed: group commit makes this < changes
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -152,7 +173,7 @@ class SqliteStore:
 
     def _open(self, idempotency_min_created_at_s: float) -> LoadedState:
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._take_process_lock()
+        self._lock_database_file()
         conn = self._write_conn = _connect(self._path)
         conn.executescript(_SCHEMA)
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -164,6 +185,11 @@ class SqliteStore:
             "DELETE FROM idempotency WHERE created_at_s < ?", (idempotency_min_created_at_s,)
         )
         self._read_conn = _connect(self._path)
+        self._watch_wal_file(conn)
+        # The path could have been swapped between our open and SQLite's.
+        problem = self._identity_problem()
+        if problem is not None:
+            raise StorageError(problem)
 
         state = LoadedState()
         batches: dict[str, list[Batch]] = {}
@@ -191,21 +217,87 @@ class SqliteStore:
             )
         return state
 
-    def _take_process_lock(self) -> None:
-        """One process per database file: this backend trusts its memory, so a second
-        process on the same file would overwrite the first one's rows with stale ones. The
-        lock is the kernel's (flock), so it goes away with the process, even on SIGKILL."""
-        lock_path = self._path.with_name(self._path.name + ".lock")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    def _lock_database_file(self) -> None:
+        """Take the one-process-per-file lock (see the module docstring): an exclusive flock
+        on a descriptor of the database file itself, created here if it does not exist (an
+        empty file is an empty SQLite database)."""
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            held = os.fstat(fd)
+            # Closing this descriptor would drop SQLite's POSIX locks on the file if this
+            # process had connections to it; it has none (the lock is held elsewhere).
             os.close(fd)
             raise StorageError(
-                f"{self._path} is in use by another gpu-credits process; the sqlite backend "
-                "serves one process (use storage=postgres for several)"
+                f"the database file {os.path.realpath(self._path)} (device {held.st_dev}, "
+                f"inode {held.st_ino}; configured as {self._path}) is in use by another "
+                "gpu-credits process; the sqlite backend serves one process (use "
+                "storage=postgres for several)"
             ) from None
-        self._lock_fd = fd
+        links = os.fstat(fd).st_nlink
+        if links > 1:
+            log.warning(
+                "%s has %d hard links: SQLite finds its WAL by the name it was opened with, "
+                "so open this database only by this one name",
+                self._path,
+                links,
+            )
+        self._watched.append(("database file", str(self._path), fd))
+
+    def _watch_wal_file(self, conn: sqlite3.Connection) -> None:
+        """Watch the WAL as well: commits land there first, and a deleted WAL loses them at
+        restart. SQLite names it after the path it resolved (symlinks followed), which
+        ``PRAGMA database_list`` reports; it exists once a statement has run, and SQLite
+        deletes it only when the last connection closes."""
+        main_file = next(row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main")
+        wal_path = f"{main_file}-wal"
+        # Read-only and never locked: SQLite's WAL locks are on the -shm file.
+        self._watched.append(("WAL file", wal_path, os.open(wal_path, os.O_RDONLY)))
+
+    def _identity_problem(self) -> str | None:
+        """Why a watched file is no longer the file at its path, or None. Cheap: one fstat
+        and one stat per file. Called from any thread."""
+        with self._state_lock:
+            for what, path, fd in self._watched:
+                try:
+                    held = os.fstat(fd)
+                except OSError as exc:
+                    return f"the open {what} {path} cannot be checked: {exc}"
+                if held.st_nlink == 0:
+                    return f"the {what} {path} was deleted while open"
+                try:
+                    now = os.stat(path)
+                except FileNotFoundError:
+                    return (
+                        f"the {what} {path} is gone (deleted, or its directory removed or renamed)"
+                    )
+                except OSError as exc:
+                    return f"the {what} {path} cannot be checked: {exc}"
+                if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+                    return f"the {what} at {path} is no longer the file this process has open"
+        return None
+
+    def _fail(self, reason: str, exc: BaseException | None = None) -> StorageError:
+        """Enter the failed state (once; the first reason stays) and return its error. Every
+        later submit fails with it: memory may have run ahead of disk, so only a restart,
+        which reloads from disk, can serve again."""
+        with self._state_lock:
+            if self._failure is None:
+                self._failure = StorageError(reason)
+                if exc is None:
+                    log.error("%s; refusing writes until restart", reason)
+                else:
+                    log.critical("%s; refusing writes until restart", reason, exc_info=exc)
+            return self._failure
+
+    async def check(self) -> str | None:
+        if self._failure is None:
+            # A thread of its own (not the writer's): the answer must not wait for commits.
+            problem = await asyncio.to_thread(self._identity_problem)
+            if problem is not None:
+                self._fail(problem)
+        return None if self._failure is None else str(self._failure)
 
     async def close(self) -> None:
         if self._flusher is not None:
@@ -215,14 +307,17 @@ class SqliteStore:
         await loop.run_in_executor(self._reader, self._close_read)
         self._writer.shutdown()
         self._reader.shutdown()
+        # Only once no connection is left: closing a descriptor of the database file drops
+        # this process's POSIX locks on it, SQLite's included.
+        with self._state_lock:
+            for _, _, fd in self._watched:
+                os.close(fd)  # the database file's releases the flock
+            self._watched = []
 
     def _close_write(self) -> None:
         if self._write_conn is not None:
             self._write_conn.close()
             self._write_conn = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # releases the flock
-            self._lock_fd = None
 
     def _close_read(self) -> None:
         if self._read_conn is not None:
@@ -250,13 +345,12 @@ class SqliteStore:
             try:
                 await loop.run_in_executor(self._writer, self._write, changes)
             except Exception as exc:  # any failure poisons the store: see module docstring
-                log.critical("commit failed; refusing further writes", exc_info=exc)
-                self._failure = StorageError(f"commit failed: {exc}")
+                failure = self._fail(f"commit failed: {exc}", exc)
                 failed = group + self._queue
                 self._queue = []
                 for _, fut in failed:
                     if not fut.done():
-                        fut.set_exception(self._failure)
+                        fut.set_exception(failure)
                 return
             self.commits += 1
             for _, fut in group:
@@ -321,6 +415,9 @@ class SqliteStore:
                 upserts.append((account_id, b.grant_seq, b.expiry, b.remaining))
             for grant_seq in change.removed_grant_seqs:
                 deletes.append((account_id, grant_seq))
+        # Before: do not write into a file that is gone. After: do not acknowledge a commit
+        # that may have gone into one (the path changed while it ran).
+        self._raise_if_moved()
         try:
             conn.execute("BEGIN IMMEDIATE")
             if keys:
@@ -337,6 +434,12 @@ class SqliteStore:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        self._raise_if_moved()
+
+    def _raise_if_moved(self) -> None:
+        problem = self._identity_problem()
+        if problem is not None:
+            raise self._fail(problem)
 
     # -- reads ---------------------------------------------------------------------------
 
