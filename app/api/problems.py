@@ -33,6 +33,7 @@ from app.ledger import (
     GrantNotFound,
     IdempotencyKeyReused,
     IdempotencyKeysFull,
+    OutcomeUnknown,
     ServiceError,
     ServiceUnavailable,
 )
@@ -74,6 +75,9 @@ LIVE_GRANT_LIMIT = ProblemType("live-grant-limit", "Too many live grants on the 
 ACCOUNT_LIMIT = ProblemType("account-limit", "Too many accounts", 409)
 IDEMPOTENCY_KEYS_FULL = ProblemType("idempotency-keys-full", "Too many Idempotency-Keys", 503)
 UNAVAILABLE = ProblemType("unavailable", "Service unavailable", 503)
+OUTCOME_UNKNOWN = ProblemType(
+    "outcome-unknown", "Outcome unknown: retry with the same Idempotency-Key", 503
+)
 INTERNAL = ProblemType("internal-error", "Internal server error", 500)
 
 
@@ -142,6 +146,8 @@ def describe(exc: Exception) -> Described:
         return Described(IDEMPOTENCY_KEYS_FULL, detail, {}, {"Retry-After": "60"})
     if isinstance(exc, ServiceUnavailable):
         return Described(UNAVAILABLE, detail, {}, {"Retry-After": "5"})
+    if isinstance(exc, OutcomeUnknown):
+        return Described(OUTCOME_UNKNOWN, detail, {}, {"Retry-After": "5"})
     log.error("unmapped error", exc_info=exc)
     return Described(INTERNAL, "the server could not complete the request", {})
 
@@ -245,7 +251,11 @@ STATUS_DESCRIPTIONS: dict[int, str] = {
     "a limit reached: live grants per account, accounts.",
     422: "Input outside the domain, unknown field, a total past 2^53-1, or a reused "
     "Idempotency-Key with a different body.",
-    503: "Storage failed (the service must be restarted), or too many Idempotency-Keys held.",
+    503: "Retry later (`Retry-After`). `unavailable`: storage failed or the database is "
+    "unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on "
+    "PostgreSQL): the database connection was lost while the change was being committed, so "
+    "it may or may not have been applied; retry with the same Idempotency-Key to get its "
+    "answer. `idempotency-keys-full`: too many Idempotency-Keys held.",
 }
 
 
