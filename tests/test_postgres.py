@@ -3,11 +3,13 @@ database (applied once even when several processes start together, and by the CL
 ``serve --workers`` (allowed on postgres, refused on the embedded backends), and faults
 injected around COMMIT (issue 9, item 1): a write whose COMMIT succeeded is answered with its
 success whatever fails next; a COMMIT in flight when the connection dies is the
-outcome-unknown 503; a failure before COMMIT is sent is the plain 503 and changes nothing."""
+outcome-unknown 503; a failure before COMMIT is sent is the plain 503 and changes nothing;
+no driver error is ever a 500. The same under real restarts: ``tests/test_pg_restarts.py``."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import threading
@@ -24,7 +26,7 @@ from asyncpg.connection import Connection
 
 from app.main import create_app
 from app.settings import Settings
-from app.storage.postgres import MIGRATIONS, migrate
+from app.storage.postgres import MIGRATIONS, PgTransaction, PostgresStore, migrate
 from tests.pg_server import PostgresServer
 from tests.server_process import ServerProcess, console_script, free_port
 
@@ -403,3 +405,31 @@ async def test_a_failed_commit_is_outcome_unknown_only_when_it_may_have_committe
         assert retry.status_code == 201, (name, retry.text)
         assert "Idempotent-Replayed" not in retry.headers, name
         assert await _granted_amounts(pg_app.url, account_id) == [100, 1, 10], name
+
+
+@pytest.mark.timeout(FAULT_TEST_TIMEOUT_S)
+async def test_an_unexpected_driver_error_is_a_logged_503_never_a_500(
+    pg_app: PgApp, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Errors the service does not expect from the database (here a bad query, as a bug
+    would make) are still the storage's: 503 problem documents, logged with a traceback."""
+
+    async def bad_query(self: PgTransaction, account_ids: list[str]) -> None:
+        raise _server_error("42703", "ERROR", 'column "nope" does not exist')
+
+    async def bad_read(self: PostgresStore, account_id: str) -> None:
+        raise asyncpg.InternalClientError("unexpected protocol state")
+
+    monkeypatch.setattr(PgTransaction, "lock_accounts", bad_query)
+    monkeypatch.setattr(PostgresStore, "read_account", bad_read)
+    with caplog.at_level(logging.ERROR):
+        write = await _grant(pg_app.client, "bug", 5)
+        read = await pg_app.client.get("/v1/accounts/bug/balance")
+    for r in (write, read):
+        assert r.status_code == 503, r.text
+        assert _problem_type(r) == UNAVAILABLE
+        assert r.headers["Retry-After"]
+    logged = [rec for rec in caplog.records if rec.levelno >= logging.ERROR and rec.exc_info]
+    assert any(
+        isinstance(rec.exc_info[1], asyncpg.UndefinedColumnError) for rec in logged if rec.exc_info
+    )

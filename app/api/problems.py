@@ -157,6 +157,16 @@ def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(d.kind, d.detail, d.headers, **d.extra)
 
 
+def _storage_error(request: Request, exc: Exception) -> JSONResponse:
+    # The service maps the storage failures it expects (ServiceUnavailable, OutcomeUnknown).
+    # One that got past it is still the database's or the network's, never a reason for a
+    # 500. (On PostgreSQL nothing was committed: the store raises nothing once a COMMIT has
+    # answered, and a COMMIT in doubt is OutcomeUnknown.) Logged in full all the same: it
+    # may also be a bug, a bad query say.
+    log.error("storage error not mapped by the service", exc_info=exc)
+    return problem_response(UNAVAILABLE, "storage failed; retry later", {"Retry-After": "5"})
+
+
 def _auth_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, Unauthenticated):
         return problem_response(
@@ -223,14 +233,24 @@ def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(INTERNAL, "the server could not complete the request")
 
 
-def install(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
+def install(
+    app: FastAPI,
+    routes: Sequence[BaseRoute],
+    storage_errors: Sequence[type[Exception]] = (),
+) -> None:
     """Map every error to a problem document; ``routes`` are the API's own, whose methods a
-    405 lists in ``Allow``."""
+    405 lists in ``Allow``; ``storage_errors`` are what the storage driver raises (503, as
+    OSError is)."""
     app.state.route_methods = [
         (r.path_regex, set(r.methods)) for r in routes if isinstance(r, APIRoute) and r.methods
     ]
     app.add_exception_handler(LedgerError, _domain_error)
     app.add_exception_handler(ServiceError, _domain_error)
+    # Registered by class, not left to the catch-all for Exception: Starlette answers that
+    # one and then re-raises, so the server would also drop the keep-alive connection.
+    errors: list[type[Exception]] = [OSError, *storage_errors]
+    for storage_error in errors:
+        app.add_exception_handler(storage_error, _storage_error)
     app.add_exception_handler(AuthError, _auth_error)
     app.add_exception_handler(UnsupportedMediaType, _media_type_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
