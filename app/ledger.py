@@ -111,8 +111,25 @@ class QuotaExceeded(ServiceError):
 
 
 class ServiceUnavailable(ServiceError):
+    """The service cannot serve the request now; retry later. The shared ledger raises it
+    only when nothing was committed."""
+
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
+
+
+class OutcomeUnknown(ServiceError):
+    """The database connection was lost while the change was being committed: it may or may
+    not have been applied. Not a ``ServiceUnavailable``, which on the shared ledger means
+    nothing was committed: a client retrying this one without its Idempotency-Key could apply
+    the change twice."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"the outcome of this request is unknown ({reason}): it may or may not have been "
+            "applied. Retry with the same Idempotency-Key to get its answer; without a key, "
+            "read the ledger before retrying"
+        )
 
 
 @dataclass(slots=True)

@@ -108,7 +108,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         body_timeout_s=settings.body_timeout_s,
         body_cap_for_path=lambda path: batch_cap if path == BATCH_PATH else 0,
     )
-    problems.install(app, router.routes)
+    storage_errors: tuple[type[Exception], ...] = ()
+    if settings.storage == "postgres":
+        from app.storage.postgres import DRIVER_ERRORS  # loads asyncpg only when used
+
+        storage_errors = DRIVER_ERRORS
+    problems.install(app, router.routes, storage_errors)
 
     def openapi() -> dict[str, Any]:
         return build_openapi(app, router.routes)

@@ -13,8 +13,9 @@ reloads the account's batches first. The rules themselves (``_apply_grant`` and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Final, TypeVar
 
 import asyncpg
@@ -36,6 +37,7 @@ from app.ledger import (
     Limits,
     LiveGrant,
     Operation,
+    OutcomeUnknown,
     QuotaExceeded,
     Replay,
     ServiceError,
@@ -45,21 +47,41 @@ from app.ledger import (
 )
 from app.quotas import Quota, Tenant, Usage
 from app.storage.base import Change, Entry, IdempotencyRecord
-from app.storage.postgres import AccountState, PgTransaction, PostgresStore
+from app.storage.postgres import (
+    AccountState,
+    CommitOutcomeUnknown,
+    PgTransaction,
+    PostgresStore,
+)
 
 # Failures of the database rather than of the request: it went away, is starting up or
-# shutting down, has no connection slot left, or aborted the transaction (deadlock,
-# serialization). Answered with 503 (retry); nothing was committed by a failed transaction.
+# shutting down, has no connection slot left, left the connection unusable (asyncpg's
+# InternalClientError), or aborted the transaction (deadlock, serialization). Answered with
+# 503 (retry): the store raises these only when nothing was committed; a COMMIT that may
+# have taken effect is a CommitOutcomeUnknown instead.
 _DATABASE_DOWN = (
     OSError,
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
     asyncpg.exceptions.InsufficientResourcesError,
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.TransactionRollbackError,
 )
 READY_TIMEOUT_S: Final = 2.0
 _T = TypeVar("_T")
+
+
+@contextlib.contextmanager
+def _service_errors() -> Iterator[None]:
+    """Database failures as the service errors the API answers: 503 outcome unknown when a
+    COMMIT may have taken effect, 503 unavailable when nothing was committed."""
+    try:
+        yield
+    except CommitOutcomeUnknown as exc:
+        raise OutcomeUnknown("the database connection was lost during COMMIT") from exc
+    except _DATABASE_DOWN as exc:
+        raise ServiceUnavailable(f"database unavailable: {exc}") from exc
 
 
 def _replay_of(record: IdempotencyRecord) -> Replay:
@@ -112,16 +134,17 @@ class SharedLedger(Ledger):
         account = self._local(account_id)
         account.writers += 1
         try:
-            async with account.lock:  # one transaction per account at a time in this process
-                try:
-                    return await self._write_locked(account_id, account, idempotency, apply)
-                except (LedgerError, ServiceError):
-                    raise  # refused before anything changed: the cached tracker is intact
-                except BaseException:
-                    self._versions.pop(account_id, None)  # the cache may be ahead of the db
-                    raise
-        except _DATABASE_DOWN as exc:
-            raise ServiceUnavailable(f"database unavailable: {exc}") from exc
+            with _service_errors():
+                async with account.lock:  # one transaction per account at a time here
+                    try:
+                        return await self._write_locked(account_id, account, idempotency, apply)
+                    except (LedgerError, ServiceError):
+                        raise  # refused before anything changed: the cached tracker is intact
+                    except BaseException:
+                        # The cache may be ahead of the database (or, when the COMMIT's
+                        # outcome is unknown, may or may not be): the next write reloads.
+                        self._versions.pop(account_id, None)
+                        raise
         finally:
             self._release_local(account_id, account)
 
@@ -204,16 +227,15 @@ class SharedLedger(Ledger):
             for account_id in account_ids:
                 await locals_[account_id].lock.acquire()
                 locked.append(locals_[account_id])
-            try:
-                return await self._batch_locked(
-                    operations, atomic, idempotency, render, account_ids, locals_
-                )
-            except BaseException:
-                for account_id in account_ids:
-                    self._versions.pop(account_id, None)
-                raise
-        except _DATABASE_DOWN as exc:
-            raise ServiceUnavailable(f"database unavailable: {exc}") from exc
+            with _service_errors():
+                try:
+                    return await self._batch_locked(
+                        operations, atomic, idempotency, render, account_ids, locals_
+                    )
+                except BaseException:
+                    for account_id in account_ids:
+                        self._versions.pop(account_id, None)
+                    raise
         finally:
             for account in locked:
                 account.lock.release()
@@ -316,10 +338,8 @@ class SharedLedger(Ledger):
     async def _read(self, pending: Awaitable[_T]) -> _T:
         """Await a read; a database that is down is a 503, not a 500."""
         self._check_serving()
-        try:
+        with _service_errors():
             return await pending
-        except _DATABASE_DOWN as exc:
-            raise ServiceUnavailable(f"database unavailable: {exc}") from exc
 
     async def ready(self) -> bool:
         try:

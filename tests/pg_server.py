@@ -10,7 +10,8 @@
   that use it are about durability) and ``max_connections=200``.
 - Readiness is polled with ``pg_isready`` until a deadline; databases are made with the
   ``createdb`` binary, not a Python driver, so this module needs nothing but the standard
-  library. ``stop()`` is ``pg_ctl stop -m fast`` and removes the temporary directory.
+  library. ``stop()`` is ``pg_ctl stop -m fast`` and removes the temporary directory;
+  ``restart(mode)`` stops with ``pg_ctl stop -m fast|immediate`` and starts again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from tests.server_process import free_port
 
@@ -165,6 +167,22 @@ class PostgresServer:
         if self.run_as is not None:
             user = pwd.getpwnam(self.run_as)
             os.chown(self.socket_dir, user.pw_uid, user.pw_gid)
+        self._spawn()
+        self._client("createdb", DEFAULT_DATABASE)
+
+    def restart(self, mode: Literal["fast", "immediate"]) -> None:
+        """``pg_ctl stop -m MODE`` then start the same server again, and wait until it
+        accepts connections. ``fast`` disconnects every client and shuts down cleanly;
+        ``immediate`` kills every backend without a checkpoint (a crash: the next start
+        replays the WAL). Not ``pg_ctl restart``: that would leave the new server detached
+        from ``self.process``, and ``stop()`` could no longer reach it."""
+        assert self.process is not None, "server is not started"
+        self._as_server_user("pg_ctl", "stop", "-D", str(self.data_dir), "-m", mode)
+        self.process.wait(timeout=COMMAND_TIMEOUT_S)
+        self._spawn()
+
+    def _spawn(self) -> None:
+        """Run ``postgres`` on the data directory and wait until it accepts connections."""
         log = self.log_path.open("ab")
         try:
             self.process = subprocess.Popen(
@@ -187,7 +205,6 @@ class PostgresServer:
         finally:
             log.close()
         self._wait_ready(STARTUP_TIMEOUT_S)
-        self._client("createdb", DEFAULT_DATABASE)
 
     def stop(self) -> None:
         """``pg_ctl stop -m fast``, then remove everything the server wrote."""

@@ -1,23 +1,39 @@
 """PostgreSQL specifics the backend-agnostic suites cannot see: migrations from an empty
-database (applied once even when several processes start together, and by the CLI), and
-``serve --workers`` (allowed on postgres, refused on the embedded backends)."""
+database (applied once even when several processes start together, and by the CLI),
+``serve --workers`` (allowed on postgres, refused on the embedded backends), and faults
+injected around COMMIT (issue 9, item 1): a write whose COMMIT succeeded is answered with its
+success whatever fails next; a COMMIT in flight when the connection dies is the
+outcome-unknown 503; a failure before COMMIT is sent is the plain 503 and changes nothing;
+no driver error is ever a 500. The same under real restarts: ``tests/test_pg_restarts.py``."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import threading
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeAlias
 
 import asyncpg
 import httpx
 import pytest
+from asyncpg.connection import Connection
 
-from app.storage.postgres import MIGRATIONS, migrate
+from app.main import create_app
+from app.settings import Settings
+from app.storage.postgres import MIGRATIONS, PgTransaction, PostgresStore, migrate
 from tests.pg_server import PostgresServer
 from tests.server_process import ServerProcess, console_script, free_port
+
+PROBLEM = "tag:gpu-credits,2026:problem:"
+OUTCOME_UNKNOWN = PROBLEM + "outcome-unknown"
+UNAVAILABLE = PROBLEM + "unavailable"
+FAULT_TEST_TIMEOUT_S = 60
 
 
 def _fresh(postgres_url: PostgresServer) -> str:
@@ -204,3 +220,272 @@ def test_a_version_1_database_upgrades_and_keeps_its_data(
         _fetch(url, "SELECT indexname FROM pg_indexes WHERE tablename = 'entries'")
     )
     assert "entries_by_time" in {r["indexname"] for r in indexes}
+
+
+# -- faults around COMMIT ----------------------------------------------------------------
+
+
+@dataclass
+class PgApp:
+    client: httpx.AsyncClient
+    url: str
+
+
+@pytest.fixture
+async def pg_app(postgres_url: PostgresServer, tmp_path: Path) -> AsyncIterator[PgApp]:
+    """The app in process on a fresh database, with a pool of ONE connection: a connection
+    the service failed to give back would make the next request wait forever (the test's
+    timeout then says so)."""
+    url = _fresh(postgres_url)
+    settings = Settings(
+        storage="postgres",
+        data_dir=tmp_path / "data",
+        database_url=url,
+        pg_min_connections=1,
+        pg_max_connections=1,
+    )
+    app = create_app(settings)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client,
+    ):
+        yield PgApp(client, url)
+
+
+async def _grant(
+    client: httpx.AsyncClient, account_id: str, amount: int, key: str | None = None
+) -> httpx.Response:
+    return await client.post(
+        f"/v1/accounts/{account_id}/grants",
+        json={"amount": amount, "timestamp": 1, "expiry": 1000},
+        headers={} if key is None else {"Idempotency-Key": key},
+    )
+
+
+async def _granted_amounts(url: str, account_id: str) -> list[int]:
+    """The amounts of the account's grant entries in the database, in ledger order."""
+    rows = await _fetch_args(
+        url,
+        "SELECT (details->>'amount')::bigint AS amount FROM entries "
+        "WHERE account_id = $1 AND kind = 'grant' ORDER BY seq",
+        account_id,
+    )
+    return [r["amount"] for r in rows]
+
+
+async def _fetch_args(url: str, query: str, *args: Any) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetch(query, *args)
+    finally:
+        await conn.close()
+
+
+def _problem_type(r: httpx.Response) -> str:
+    assert r.headers["content-type"].startswith("application/problem+json"), r.text
+    kind = r.json()["type"]
+    assert isinstance(kind, str)
+    return kind
+
+
+@pytest.mark.timeout(FAULT_TEST_TIMEOUT_S)
+async def test_a_failed_release_after_commit_still_answers_the_success(
+    pg_app: PgApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first symptom of issue 9: after a successful COMMIT the pool resets the connection
+    on release, which fails when the server is going away (asyncpg: "cannot switch to state
+    15"); that was a 500 for a committed grant."""
+    resets: list[object] = []
+
+    async def broken_reset(self: Connection[Any], **kwargs: object) -> None:
+        resets.append(self)
+        raise asyncpg.InternalClientError(
+            "cannot switch to state 15; another operation (2) is in progress"
+        )
+
+    monkeypatch.setattr(Connection, "reset", broken_reset)
+    r = await _grant(pg_app.client, "released", 7, key="after-commit")
+    assert r.status_code == 201, r.text
+    assert r.json()["sequence"] == 1
+    # Reads and the health check are answered too: their release fails the same way.
+    balance = await pg_app.client.get("/v1/accounts/released/balance")
+    assert balance.status_code == 200, balance.text
+    assert balance.json()["balance"] == 7
+    health = await pg_app.client.get("/healthz")
+    assert health.status_code == 200, health.text
+    assert len(resets) == 3, "the fault did not fire on every release"
+    monkeypatch.undo()
+
+    assert await _granted_amounts(pg_app.url, "released") == [7]
+    # The broken connections were dropped, not leaked: the one-connection pool still serves.
+    r = await _grant(pg_app.client, "released", 5)
+    assert r.status_code == 201, r.text
+    assert (r.json()["sequence"], r.json()["balance"]) == (2, 12)
+    replay = await _grant(pg_app.client, "released", 7, key="after-commit")
+    assert replay.status_code == 201, replay.text
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert await _granted_amounts(pg_app.url, "released") == [7, 5]
+
+
+ORIGINAL_EXECUTE = Connection.execute
+# The stubs make Connection generic; at run time it is not, hence the string.
+Fault: TypeAlias = "Callable[[Connection[Any], str, tuple[Any, ...]], Awaitable[str]]"
+
+
+def _on_commit(fault: Fault) -> Callable[..., Awaitable[str]]:
+    """``Connection.execute`` with ``fault`` in place of every COMMIT (asyncpg's transactions
+    send COMMIT through it, however they are ended); other statements run as usual."""
+
+    async def execute(self: Connection[Any], query: str, *args: Any, **kwargs: Any) -> str:
+        if query.strip().rstrip(";").upper() == "COMMIT":
+            return await fault(self, query, args)
+        return await ORIGINAL_EXECUTE(self, query, *args, **kwargs)
+
+    return execute
+
+
+async def _lost_after_commit(conn: Connection[Any], query: str, args: tuple[Any, ...]) -> str:
+    """COMMIT reached the server and committed; its answer never came back."""
+    await ORIGINAL_EXECUTE(conn, query, *args)
+    raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+
+
+@pytest.mark.timeout(FAULT_TEST_TIMEOUT_S)
+async def test_connection_lost_after_commit_is_outcome_unknown_and_a_keyed_retry_replays(
+    pg_app: PgApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Connection, "execute", _on_commit(_lost_after_commit))
+    r = await _grant(pg_app.client, "lost", 9, key="lost-reply")
+    monkeypatch.undo()
+    assert r.status_code == 503, r.text
+    assert _problem_type(r) == OUTCOME_UNKNOWN
+    assert r.headers["Retry-After"]
+    assert "same Idempotency-Key" in r.json()["detail"]
+    assert await _granted_amounts(pg_app.url, "lost") == [9]  # it did commit
+
+    retry = await _grant(pg_app.client, "lost", 9, key="lost-reply")
+    assert retry.status_code == 201, retry.text
+    assert retry.headers["Idempotent-Replayed"] == "true"
+    assert retry.json()["sequence"] == 1
+    r = await _grant(pg_app.client, "lost", 4)
+    assert (r.status_code, r.json()["sequence"], r.json()["balance"]) == (201, 2, 13)
+    assert await _granted_amounts(pg_app.url, "lost") == [9, 4]
+
+
+def _raising(make: Callable[[], BaseException]) -> Fault:
+    """A COMMIT that fails with ``make()`` without committing (the transaction is rolled
+    back when the connection is reset)."""
+
+    async def fault(conn: Connection[Any], query: str, args: tuple[Any, ...]) -> str:
+        raise make()
+
+    return fault
+
+
+def _server_error(sqlstate: str, severity: str, message: str) -> asyncpg.PostgresError:
+    """An error as the server sends it (asyncpg builds the class from the SQLSTATE)."""
+    return asyncpg.PostgresError.new({"C": sqlstate, "S": severity, "V": severity, "M": message})
+
+
+# (name, what COMMIT raises, the problem type answered)
+COMMIT_FAULTS: list[tuple[str, Callable[[], BaseException], str]] = [
+    # No answer to COMMIT: the outcome is unknown.
+    (
+        "connection lost",
+        lambda: asyncpg.ConnectionDoesNotExistError(
+            "connection was closed in the middle of operation"
+        ),
+        OUTCOME_UNKNOWN,
+    ),
+    (
+        "socket reset",
+        lambda: ConnectionResetError(104, "Connection reset by peer"),
+        OUTCOME_UNKNOWN,
+    ),
+    ("timeout", TimeoutError, OUTCOME_UNKNOWN),
+    # A FATAL as the answer may come after the commit record was written.
+    (
+        "server shutting down",
+        lambda: _server_error("57P01", "FATAL", "terminating connection due to administrator"),
+        OUTCOME_UNKNOWN,
+    ),
+    (
+        "protocol error after sending",
+        lambda: asyncpg.InternalClientError("unknown error in protocol implementation"),
+        OUTCOME_UNKNOWN,
+    ),
+    # COMMIT never sent, or refused by the server: nothing committed, the plain 503.
+    (
+        "connection already closed",
+        lambda: asyncpg.InterfaceError(
+            "cannot call Transaction.commit(): the underlying connection is closed"
+        ),
+        UNAVAILABLE,
+    ),
+    (
+        "connection already broken",
+        lambda: asyncpg.InternalClientError(
+            "cannot switch to state 15; another operation (2) is in progress"
+        ),
+        UNAVAILABLE,
+    ),
+    (
+        "serialization failure",
+        lambda: _server_error("40001", "ERROR", "could not serialize access"),
+        UNAVAILABLE,
+    ),
+]
+
+
+@pytest.mark.timeout(FAULT_TEST_TIMEOUT_S)
+async def test_a_failed_commit_is_outcome_unknown_only_when_it_may_have_committed(
+    pg_app: PgApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each fault on an account the process has cached: the answer's type, the database
+    unchanged (none of these COMMITs committed), and the next write computed from the
+    database, not from the cached tracker that had already applied the failed grant."""
+    for i, (name, make, expected) in enumerate(COMMIT_FAULTS):
+        account_id = f"fault-{i}"
+        assert (await _grant(pg_app.client, account_id, 100)).status_code == 201
+        monkeypatch.setattr(Connection, "execute", _on_commit(_raising(make)))
+        r = await _grant(pg_app.client, account_id, 10, key=f"key-{i}")
+        monkeypatch.undo()
+        assert r.status_code == 503, (name, r.text)
+        assert _problem_type(r) == expected, name
+        assert await _granted_amounts(pg_app.url, account_id) == [100], name
+        r = await _grant(pg_app.client, account_id, 1)
+        assert r.status_code == 201, (name, r.text)
+        assert (r.json()["sequence"], r.json()["balance"]) == (2, 101), name
+        # The keyed grant left no record: retried, it runs (and now commits).
+        retry = await _grant(pg_app.client, account_id, 10, key=f"key-{i}")
+        assert retry.status_code == 201, (name, retry.text)
+        assert "Idempotent-Replayed" not in retry.headers, name
+        assert await _granted_amounts(pg_app.url, account_id) == [100, 1, 10], name
+
+
+@pytest.mark.timeout(FAULT_TEST_TIMEOUT_S)
+async def test_an_unexpected_driver_error_is_a_logged_503_never_a_500(
+    pg_app: PgApp, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Errors the service does not expect from the database (here a bad query, as a bug
+    would make) are still the storage's: 503 problem documents, logged with a traceback."""
+
+    async def bad_query(self: PgTransaction, account_ids: list[str]) -> None:
+        raise _server_error("42703", "ERROR", 'column "nope" does not exist')
+
+    async def bad_read(self: PostgresStore, account_id: str) -> None:
+        raise asyncpg.InternalClientError("unexpected protocol state")
+
+    monkeypatch.setattr(PgTransaction, "lock_accounts", bad_query)
+    monkeypatch.setattr(PostgresStore, "read_account", bad_read)
+    with caplog.at_level(logging.ERROR):
+        write = await _grant(pg_app.client, "bug", 5)
+        read = await pg_app.client.get("/v1/accounts/bug/balance")
+    for r in (write, read):
+        assert r.status_code == 503, r.text
+        assert _problem_type(r) == UNAVAILABLE
+        assert r.headers["Retry-After"]
+    logged = [rec for rec in caplog.records if rec.levelno >= logging.ERROR and rec.exc_info]
+    assert any(
+        isinstance(rec.exc_info[1], asyncpg.UndefinedColumnError) for rec in logged if rec.exc_info
+    )

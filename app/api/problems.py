@@ -33,6 +33,7 @@ from app.ledger import (
     GrantNotFound,
     IdempotencyKeyReused,
     IdempotencyKeysFull,
+    OutcomeUnknown,
     QuotaExceeded,
     ServiceError,
     ServiceUnavailable,
@@ -76,6 +77,9 @@ ACCOUNT_LIMIT = ProblemType("account-limit", "Too many accounts", 409)
 QUOTA_EXCEEDED = ProblemType("quota-exceeded", "A quota is reached", 409)
 IDEMPOTENCY_KEYS_FULL = ProblemType("idempotency-keys-full", "Too many Idempotency-Keys", 503)
 UNAVAILABLE = ProblemType("unavailable", "Service unavailable", 503)
+OUTCOME_UNKNOWN = ProblemType(
+    "outcome-unknown", "Outcome unknown: retry with the same Idempotency-Key", 503
+)
 INTERNAL = ProblemType("internal-error", "Internal server error", 500)
 
 
@@ -149,6 +153,8 @@ def describe(exc: Exception) -> Described:
         return Described(IDEMPOTENCY_KEYS_FULL, detail, {}, {"Retry-After": "60"})
     if isinstance(exc, ServiceUnavailable):
         return Described(UNAVAILABLE, detail, {}, {"Retry-After": "5"})
+    if isinstance(exc, OutcomeUnknown):
+        return Described(OUTCOME_UNKNOWN, detail, {}, {"Retry-After": "5"})
     log.error("unmapped error", exc_info=exc)
     return Described(INTERNAL, "the server could not complete the request", {})
 
@@ -156,6 +162,16 @@ def describe(exc: Exception) -> Described:
 def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     d = describe(exc)
     return problem_response(d.kind, d.detail, d.headers, **d.extra)
+
+
+def _storage_error(request: Request, exc: Exception) -> JSONResponse:
+    # The service maps the storage failures it expects (ServiceUnavailable, OutcomeUnknown).
+    # One that got past it is still the database's or the network's, never a reason for a
+    # 500. (On PostgreSQL nothing was committed: the store raises nothing once a COMMIT has
+    # answered, and a COMMIT in doubt is OutcomeUnknown.) Logged in full all the same: it
+    # may also be a bug, a bad query say.
+    log.error("storage error not mapped by the service", exc_info=exc)
+    return problem_response(UNAVAILABLE, "storage failed; retry later", {"Retry-After": "5"})
 
 
 def _auth_error(request: Request, exc: Exception) -> JSONResponse:
@@ -224,14 +240,24 @@ def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(INTERNAL, "the server could not complete the request")
 
 
-def install(app: FastAPI, routes: Sequence[BaseRoute]) -> None:
+def install(
+    app: FastAPI,
+    routes: Sequence[BaseRoute],
+    storage_errors: Sequence[type[Exception]] = (),
+) -> None:
     """Map every error to a problem document; ``routes`` are the API's own, whose methods a
-    405 lists in ``Allow``."""
+    405 lists in ``Allow``; ``storage_errors`` are what the storage driver raises (503, as
+    OSError is)."""
     app.state.route_methods = [
         (r.path_regex, set(r.methods)) for r in routes if isinstance(r, APIRoute) and r.methods
     ]
     app.add_exception_handler(LedgerError, _domain_error)
     app.add_exception_handler(ServiceError, _domain_error)
+    # Registered by class, not left to the catch-all for Exception: Starlette answers that
+    # one and then re-raises, so the server would also drop the keep-alive connection.
+    errors: list[type[Exception]] = [OSError, *storage_errors]
+    for storage_error in errors:
+        app.add_exception_handler(storage_error, _storage_error)
     app.add_exception_handler(AuthError, _auth_error)
     app.add_exception_handler(UnsupportedMediaType, _media_type_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
@@ -252,7 +278,11 @@ STATUS_DESCRIPTIONS: dict[int, str] = {
     "a limit reached: live grants per account, accounts.",
     422: "Input outside the domain, unknown field, a total past 2^53-1, or a reused "
     "Idempotency-Key with a different body.",
-    503: "Storage failed (the service must be restarted), or too many Idempotency-Keys held.",
+    503: "Retry later (`Retry-After`). `unavailable`: storage failed or the database is "
+    "unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on "
+    "PostgreSQL): the database connection was lost while the change was being committed, so "
+    "it may or may not have been applied; retry with the same Idempotency-Key to get its "
+    "answer. `idempotency-keys-full`: too many Idempotency-Keys held.",
 }
 
 

@@ -12,12 +12,18 @@ Why it is shaped this way (the embedded backends are different on purpose):
   process wrote) reloads them. So one process on a hot account stays O(log n) per operation.
 - Schema changes are versioned migrations, applied at startup (or by ``gpu-credits migrate``)
   under an advisory lock, so several processes starting together migrate once.
+- A write has three phases, and a failure means something different in each (see
+  ``PostgresStore.transaction``): before COMMIT is sent nothing is committed; while COMMIT is
+  in flight the outcome is unknown (``CommitOutcomeUnknown``); once COMMIT has answered, the
+  write stands whatever fails next (giving the connection back to the pool is logged, never
+  raised).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
@@ -26,13 +32,32 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from app.domain import Batch
-from app.storage.base import Change, Entry, IdempotencyRecord
+from app.storage.base import Change, Entry, IdempotencyRecord, StorageError
 
 # What a pool hands out: a proxy for a connection, used exactly like one. (The stubs make
 # these generic; at run time they are not, hence the string.)
 Connection: TypeAlias = "asyncpg.Connection[Any] | PoolConnectionProxy[Any]"
 
 MIGRATION_LOCK_ID: Final = 0x6770_7563  # "gpuc": one advisory lock id for migrations
+
+# What the driver raises when the database or the connection to it fails (OSError covers
+# refused connections, resets and timeouts). InternalClientError is how asyncpg reports a
+# connection left unusable by a message it did not expect, typically the FATAL "terminating
+# connection" a server shutting down sends to idle connections.
+DRIVER_ERRORS: Final[tuple[type[Exception], ...]] = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
+
+log = logging.getLogger("app.storage.postgres")
+
+
+class CommitOutcomeUnknown(StorageError):
+    """COMMIT was sent and no definite answer came back (the connection died, the server
+    went away mid-COMMIT, a timeout): the transaction may or may not have committed."""
+
 
 # (version, statements). Append only: a released migration is never edited.
 MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
@@ -331,7 +356,7 @@ class PostgresStore:
         self._pool = await asyncpg.create_pool(
             self._url, min_size=self._min, max_size=self._max, command_timeout=60
         )
-        async with self.pool.acquire() as conn:
+        async with self._connection() as conn:
             await migrate(conn)
 
     async def check(self) -> str | None:
@@ -346,16 +371,62 @@ class PostgresStore:
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[PgTransaction]:
-        async with self.pool.acquire() as conn, conn.transaction():
-            yield PgTransaction(conn)
+        """One transaction, committed when the block ends without an exception.
+
+        What a failure means depends on when it happens:
+
+        - before COMMIT is sent (acquiring a connection, BEGIN, the block itself, or a
+          connection already broken when COMMIT is attempted): nothing is committed, and the
+          error propagates as it is (a database error: the caller answers 503);
+        - while COMMIT is in flight with no definite answer: ``CommitOutcomeUnknown``;
+        - after COMMIT answered: the transaction is committed, and nothing raises any more.
+          Giving the connection back to the pool (which resets it) can still fail when the
+          server is going away; that is logged, the connection is dropped, and the caller
+          answers its success.
+
+        When the block raises, its exception is the one that propagates: a rollback that
+        fails too (the connection is gone, and the server discards the transaction with it)
+        is logged.
+        """
+        async with self._connection() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                yield PgTransaction(conn)
+            except BaseException:
+                # On a closed connection there is nothing to roll back: the server discards
+                # the transaction when the session ends.
+                if not conn.is_closed():
+                    try:
+                        await tx.rollback()
+                    except Exception as exc:  # the block's own error is the answer
+                        _log_dropped("rollback failed", exc)
+                raise
+            await _commit(tx)
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Connection]:
+        """A pooled connection. Giving it back never raises: by then the caller's work is done
+        (a COMMIT may have succeeded), and asyncpg terminates a connection it cannot reset, so
+        the pool opens a fresh one next time."""
+        conn = await self.pool.acquire()
+        try:
+            yield conn
+        finally:
+            try:
+                await self.pool.release(conn)
+            except Exception as exc:
+                _log_dropped("releasing a connection failed", exc)
 
     async def ping(self) -> None:
-        await self.pool.fetchval("SELECT 1")
+        async with self._connection() as conn:
+            await conn.fetchval("SELECT 1")
 
     async def read_account(self, account_id: str) -> AccountState | None:
-        row = await self.pool.fetchrow(
-            f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE account_id = $1", account_id
-        )
+        async with self._connection() as conn:
+            row = await conn.fetchrow(
+                f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE account_id = $1", account_id
+            )
         return None if row is None else _state(row)
 
     async def read_balance_at(
@@ -364,26 +435,28 @@ class PostgresStore:
         """The account and its (available, debt) at ``timestamp``, changing nothing: the
         projection from its live batches at or after its clock, the stored history before
         it. None for an unknown account."""
-        row = await self.pool.fetchrow(
-            f"SELECT {_ACCOUNT_COLUMNS}, (SELECT coalesce(sum(remaining), 0) FROM batches b "
-            "WHERE b.account_id = a.account_id AND b.expiry <= $2) AS expiring "
-            "FROM accounts a WHERE a.account_id = $1",
-            account_id,
-            timestamp,
-        )
-        if row is None:
-            return None
-        state = _state(row)
-        if timestamp >= state.clock:
-            return state, (state.available - int(row["expiring"]), state.debt)
-        # Entries at or before a time the clock has passed never change: no snapshot needed.
-        totals = await self.pool.fetchrow(_TOTALS_AT, account_id, timestamp)
+        async with self._connection() as conn:
+            row = await conn.fetchrow(
+                f"SELECT {_ACCOUNT_COLUMNS}, (SELECT coalesce(sum(remaining), 0) FROM batches b "
+                "WHERE b.account_id = a.account_id AND b.expiry <= $2) AS expiring "
+                "FROM accounts a WHERE a.account_id = $1",
+                account_id,
+                timestamp,
+            )
+            if row is None:
+                return None
+            state = _state(row)
+            if timestamp >= state.clock:
+                return state, (state.available - int(row["expiring"]), state.debt)
+            # Entries at or before a time the clock has passed never change: no snapshot
+            # is needed across the two statements.
+            totals = await conn.fetchrow(_TOTALS_AT, account_id, timestamp)
         return state, (0, 0) if totals is None else (totals["available"], totals["debt"])
 
     async def read_live_batches(self, account_id: str) -> tuple[AccountState | None, list[Batch]]:
         """The account and its live batches in consumption order, from one snapshot."""
         async with (
-            self.pool.acquire() as conn,
+            self._connection() as conn,
             conn.transaction(isolation="repeatable_read", readonly=True),
         ):
             row = await conn.fetchrow(
@@ -399,29 +472,77 @@ class PostgresStore:
         return _state(row), [Batch(r["grant_seq"], r["expiry"], r["remaining"]) for r in rows]
 
     async def read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
-        rows = await self.pool.fetch(
-            f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE account_id = $1 AND seq > $2 "
-            "ORDER BY seq LIMIT $3",
-            account_id,
-            after_seq,
-            limit,
-        )
+        async with self._connection() as conn:
+            rows = await conn.fetch(
+                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE account_id = $1 AND seq > $2 "
+                "ORDER BY seq LIMIT $3",
+                account_id,
+                after_seq,
+                limit,
+            )
         return [_entry(r) for r in rows]
 
     async def read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
-        row = await self.pool.fetchrow(
-            f"SELECT {_ENTRY_COLUMNS} FROM entries "
-            "WHERE account_id = $1 AND grant_seq = $2 AND kind = 'grant'",
-            account_id,
-            grant_seq,
-        )
+        async with self._connection() as conn:
+            row = await conn.fetchrow(
+                f"SELECT {_ENTRY_COLUMNS} FROM entries "
+                "WHERE account_id = $1 AND grant_seq = $2 AND kind = 'grant'",
+                account_id,
+                grant_seq,
+            )
         return None if row is None else _entry(row)
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
-        status = await self.pool.execute(
-            "DELETE FROM idempotency WHERE created_at_s < $1", min_created_at_s
-        )
+        async with self._connection() as conn:
+            status = await conn.execute(
+                "DELETE FROM idempotency WHERE created_at_s < $1", min_created_at_s
+            )
         return int(status.split()[-1])
+
+
+async def _commit(tx: asyncpg.transaction.Transaction) -> None:
+    """Send COMMIT; raise ``CommitOutcomeUnknown`` unless the failure proves it did not
+    commit (see ``_commit_refused``)."""
+    try:
+        await tx.commit()
+    except Exception as exc:
+        if _commit_refused(exc):
+            raise
+        if not isinstance(exc, DRIVER_ERRORS):
+            log.error("unexpected error during COMMIT", exc_info=exc)
+        raise CommitOutcomeUnknown(f"connection lost during COMMIT: {exc!r}") from exc
+
+
+def _commit_refused(exc: Exception) -> bool:
+    """Whether a failed COMMIT certainly did not commit.
+
+    - An ERROR from the server (a serialization failure, say): it rolled back. A FATAL or
+      PANIC does not say so: a server shutting down can end the session after the commit
+      record is written but before the answer is sent.
+    - An ``InterfaceError`` other than ``ConnectionDoesNotExistError``: asyncpg refused to
+      send on a connection already closed or busy. ``ConnectionDoesNotExistError`` is the
+      one raised when the connection is lost while waiting for the answer.
+    - asyncpg's "cannot switch to state": the protocol was already broken (a FATAL arrived
+      while the connection was idle), so the query was never written. Recognised by its
+      wording (constraints.txt pins asyncpg); should the wording change, this failure is
+      reported as an unknown outcome, which is never wrong, only less precise.
+    """
+    if isinstance(exc, asyncpg.PostgresError):
+        return (exc.severity_en or exc.severity) == "ERROR"
+    if isinstance(exc, asyncpg.InterfaceError):
+        return not isinstance(exc, asyncpg.ConnectionDoesNotExistError)
+    if isinstance(exc, asyncpg.InternalClientError):
+        return str(exc).startswith("cannot switch to state")
+    return False
+
+
+def _log_dropped(what: str, exc: Exception) -> None:
+    """A failure that changes no answer: a warning when the database went away, the whole
+    traceback when it is anything else (a bug must not pass silently)."""
+    if isinstance(exc, DRIVER_ERRORS):
+        log.warning("%s; the connection is dropped: %r", what, exc)
+    else:
+        log.error("%s; the connection is dropped", what, exc_info=exc)
 
 
 async def migrate(conn: Connection) -> list[int]:
