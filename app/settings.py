@@ -12,8 +12,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.ledger import Limits
 from app.quotas import Quota
+from app.service.limits import Limits
 
 
 class Settings(BaseSettings):

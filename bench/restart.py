@@ -3,7 +3,8 @@ recorded operations (issue 3, item 3; target: 10 s or less).
 
 Run: ``python bench/restart.py`` (``--ops N``, ``--accounts N``, ``--quick`` for a smoke run).
 
-1. Build: drive the real ``app.ledger.Ledger`` on the real ``app.storage.sqlite.SqliteStore``
+1. Build: drive the real ``app.service.ledger.Ledger`` on the real
+   ``app.storage.sqlite.SqliteStore``
    in this process, so the database is exactly what the service writes. Every tick submits one
    operation per account concurrently (``asyncio.gather``), so the store's group commit packs a
    tick into a few transactions; per account, ticks run in order with rising timestamps.
@@ -38,25 +39,17 @@ sys.path.sort(key=lambda p: Path(p or ".").resolve() == Path(__file__).resolve()
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
-from pydantic import TypeAdapter
 
-from app.ledger import (
-    ConsumptionReceipt,
-    GrantReceipt,
-    Idempotency,
-    Ledger,
-    Limits,
-    Replay,
-    fingerprint,
-)
+from app.main import embedded_ledger
+from app.service.idempotency import Idempotency, fingerprint
+from app.service.ledger import Replay
+from app.service.limits import Limits
+from app.service.results import ConsumptionReceipt, GrantReceipt
 from app.settings import Settings
 from app.storage.sqlite import SqliteStore
 from tests.server_process import ServerProcess
 
 IDEMPOTENCY_TTL_S = 24 * 3600.0
-# The stored response bodies, rendered as the routes render them.
-_GRANT_JSON: TypeAdapter[GrantReceipt] = TypeAdapter(GrantReceipt)
-_CONSUME_JSON: TypeAdapter[ConsumptionReceipt] = TypeAdapter(ConsumptionReceipt)
 TARGET_STARTUP_S = 10.0
 
 
@@ -74,7 +67,7 @@ def account_id(i: int) -> str:
 async def build(path: Path, ops: int, accounts: int, key_fraction: float, seed: int) -> BuildStats:
     started = time.perf_counter()
     store = SqliteStore(path)
-    ledger = Ledger(store, Limits(idempotency_ttl_s=IDEMPOTENCY_TTL_S))
+    ledger = embedded_ledger(store, Limits(idempotency_ttl_s=IDEMPOTENCY_TTL_S))
     await ledger.start()
     rng = random.Random(seed)
     ticks = -(-ops // accounts)  # ceil
@@ -90,7 +83,7 @@ async def build(path: Path, ops: int, accounts: int, key_fraction: float, seed: 
             idem = None
             if key is not None:
                 body = {"amount": amount, "timestamp": tick, "expiry": expiry}
-                idem = Idempotency(key, fingerprint("grant", aid, body), 201, _GRANT_JSON.dump_json)
+                idem = Idempotency(key, fingerprint("grant", aid, body))
             result: GrantReceipt | ConsumptionReceipt | Replay = await ledger.grant(
                 aid, amount, tick, expiry, idem
             )
@@ -99,9 +92,7 @@ async def build(path: Path, ops: int, accounts: int, key_fraction: float, seed: 
             idem = None
             if key is not None:
                 body = {"amount": amount, "timestamp": tick}
-                idem = Idempotency(
-                    key, fingerprint("consume", aid, body), 200, _CONSUME_JSON.dump_json
-                )
+                idem = Idempotency(key, fingerprint("consume", aid, body))
             result = await ledger.consume(aid, amount, tick, idem)
         assert not isinstance(result, Replay)
 
@@ -141,7 +132,7 @@ async def time_in_process(path: Path) -> tuple[float, float, int]:
     open_s = time.perf_counter() - started
     await store.close()
     store = SqliteStore(path)
-    ledger = Ledger(store, Limits(idempotency_ttl_s=IDEMPOTENCY_TTL_S))
+    ledger = embedded_ledger(store, Limits(idempotency_ttl_s=IDEMPOTENCY_TTL_S))
     started = time.perf_counter()
     await ledger.start()
     start_s = time.perf_counter() - started

@@ -27,7 +27,7 @@ from app.domain import (
     TimestampRegression,
     TotalOverflow,
 )
-from app.ledger import (
+from app.service.errors import (
     AccountLimit,
     AccountNotFound,
     GrantNotFound,

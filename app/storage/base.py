@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-# Records here and in app.ledger are plain (not frozen) slotted dataclasses: they are made
+# Records here and in app.service are plain (not frozen) slotted dataclasses: they are made
 # several times per operation on the hot path, and a frozen dataclass's __init__ costs about
 # twice as much. Nothing mutates them after construction.
 from typing import Any, Protocol

@@ -1,0 +1,110 @@
+"""Results as the bytes the API sends: one place that turns the service's dataclasses into
+JSON, for answers and for what an Idempotency-Key stores (``encode_answer``, handed to the
+service at construction).
+
+Receipts are serialised by pydantic straight from the service's dataclasses: the declared
+response models document the same shape (tests hold the two together), and skipping the
+validate-then-serialise round trip FastAPI would do keeps the hot path lean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Final
+
+from pydantic import TypeAdapter
+
+from app.api.problems import describe
+from app.service.commands import ConsumeOp, GrantOp, Operation
+from app.service.results import (
+    Answer,
+    BalanceView,
+    BatchOutcome,
+    ConsumptionReceipt,
+    GrantReceipt,
+)
+from app.storage.base import Entry
+
+GRANT_STATUS: Final = 201
+CONSUME_STATUS: Final = 200
+BATCH_STATUS: Final = 200
+
+_GRANT_JSON: TypeAdapter[GrantReceipt] = TypeAdapter(GrantReceipt)
+_CONSUME_JSON: TypeAdapter[ConsumptionReceipt] = TypeAdapter(ConsumptionReceipt)
+_BALANCE_JSON: TypeAdapter[BalanceView] = TypeAdapter(BalanceView)
+
+_SUCCESS_STATUS = {GrantReceipt: GRANT_STATUS, ConsumptionReceipt: CONSUME_STATUS, BalanceView: 200}
+_OP_NAME = {GrantReceipt: "grant", ConsumptionReceipt: "consume", BalanceView: "balance"}
+
+
+@dataclasses.dataclass(slots=True)
+class _BatchItem:
+    op: str
+    status: int
+    body: GrantReceipt | ConsumptionReceipt | BalanceView | dict[str, Any]
+
+
+@dataclasses.dataclass(slots=True)
+class _BatchBody:
+    succeeded: int
+    failed: int
+    results: list[_BatchItem]
+
+
+_BATCH_JSON: TypeAdapter[_BatchBody] = TypeAdapter(_BatchBody)
+
+
+def grant(receipt: GrantReceipt) -> bytes:
+    return _GRANT_JSON.dump_json(receipt)
+
+
+def consumption(receipt: ConsumptionReceipt) -> bytes:
+    return _CONSUME_JSON.dump_json(receipt)
+
+
+def balance(view: BalanceView) -> bytes:
+    return _BALANCE_JSON.dump_json(view)
+
+
+def _op_name(op: Operation) -> str:
+    if isinstance(op, GrantOp):
+        return "grant"
+    return "consume" if isinstance(op, ConsumeOp) else "balance"
+
+
+def batch(outcome: BatchOutcome) -> bytes:
+    """A batch that ran (an aborted atomic one answers with a problem document instead)."""
+    assert outcome.failed_index is None
+    items: list[_BatchItem] = []
+    failed = 0
+    for op, result in zip(outcome.operations, outcome.results, strict=True):
+        if isinstance(result, Exception):
+            failed += 1
+            described = describe(result)
+            items.append(_BatchItem(_op_name(op), described.kind.status, described.body()))
+        else:
+            kind = type(result)
+            items.append(_BatchItem(_OP_NAME[kind], _SUCCESS_STATUS[kind], result))
+    return _BATCH_JSON.dump_json(_BatchBody(len(items) - failed, failed, items))
+
+
+def encode_answer(result: GrantReceipt | ConsumptionReceipt | BatchOutcome) -> Answer:
+    """What an Idempotency-Key keeps: the first answer's status and bytes."""
+    if isinstance(result, GrantReceipt):
+        return Answer(GRANT_STATUS, grant(result))
+    if isinstance(result, ConsumptionReceipt):
+        return Answer(CONSUME_STATUS, consumption(result))
+    return Answer(BATCH_STATUS, batch(result))
+
+
+def entry(e: Entry) -> dict[str, Any]:
+    """A ledger entry as listLedgerEntries shows it."""
+    return {
+        "sequence": e.seq,
+        "kind": e.kind,
+        "timestamp": e.timestamp,
+        "balance": e.available - e.debt,
+        "available": e.available,
+        "debt": e.debt,
+        **e.details,
+    }

@@ -1,0 +1,236 @@
+"""Pure: one operation on one account's state, and what storage must record of it.
+
+Each function applies an operation to an ``AccountState`` (the tracker and the next ledger
+sequence) and returns the ``Change`` storage makes durable (the account's row, the live
+grants added, updated or removed, the ledger entries) with the answer for the caller. No
+I/O, no clock, no locks: the service calls these inside a unit of work, and single requests
+and batches share them, so a rule lives here once.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from app.domain import Batch, ConsumeResult, Expiration, GPUCreditTracker
+from app.service.errors import GrantNotFound
+from app.service.results import (
+    Allocation,
+    BalanceView,
+    ConsumptionReceipt,
+    GrantReceipt,
+    GrantView,
+)
+from app.storage.base import AccountRow, Change, Entry
+
+Totals = tuple[int, int]  # (available, debt) at some time
+
+
+@dataclass(slots=True)
+class AccountState:
+    """One account as a unit of work holds it: its tracker and its ledger's next sequence."""
+
+    account_id: str
+    tracker: GPUCreditTracker
+    next_sequence: int
+
+    @property
+    def exists(self) -> bool:
+        """An account exists once a write has recorded something (sequence 1 is taken)."""
+        return self.next_sequence > 1
+
+
+@dataclass(slots=True)
+class AsOfRead:
+    """A balance read at a time before the account's clock: the stored history answers."""
+
+    account_id: str
+    timestamp: int
+
+
+def grant(
+    account: AccountState, amount: int, timestamp: int, expiry: int, live_room: int | None
+) -> tuple[Change, GrantReceipt]:
+    """Raises ``LedgerError`` (``NoLiveRoom`` past ``live_room``) and changes nothing then."""
+    tracker = account.tracker
+    before = (tracker.available, tracker.debt)
+    result = tracker.apply_grant(amount, timestamp, expiry, live_room)
+    entries = _expiration_entries(account, result.expired, *before)
+    sequence = _next_sequence(account)
+    details = {
+        "grant_id": result.grant_seq,
+        "amount": amount,
+        "expiry": expiry,
+        "settled_debt": result.settled_debt,
+        "retained": result.retained,
+    }
+    entries.append(Entry(sequence, "grant", timestamp, result.available, result.debt, details))
+    change = _change(account, entries)
+    change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
+    if result.retained:
+        change.upserted_batches.append(Batch(result.grant_seq, expiry, result.retained))
+    receipt = GrantReceipt(
+        account_id=account.account_id,
+        grant_id=result.grant_seq,
+        sequence=sequence,
+        timestamp=timestamp,
+        amount=amount,
+        expiry=expiry,
+        balance=result.available - result.debt,
+        available=result.available,
+        debt=result.debt,
+        settled_debt=result.settled_debt,
+        retained=result.retained,
+    )
+    return change, receipt
+
+
+def consume(
+    account: AccountState, amount: int, timestamp: int
+) -> tuple[Change, ConsumptionReceipt]:
+    """Raises ``LedgerError`` and changes nothing then."""
+    tracker = account.tracker
+    before = (tracker.available, tracker.debt)
+    result = tracker.apply_consume(amount, timestamp)
+    entries = _expiration_entries(account, result.expired, *before)
+    sequence = _next_sequence(account)
+    allocation = [Allocation(d.grant_seq, d.expiry, d.amount) for d in result.draws]
+    details = {
+        "amount": amount,
+        "consumed": result.consumed,
+        "debt_added": result.debt_added,
+        "allocation": [
+            {"grant_id": d.grant_seq, "expiry": d.expiry, "amount": d.amount} for d in result.draws
+        ],
+    }
+    entries.append(
+        Entry(sequence, "consumption", timestamp, result.available, result.debt, details)
+    )
+    change = _change(account, entries)
+    change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
+    _record_draws(change, tracker, result)
+    receipt = ConsumptionReceipt(
+        account_id=account.account_id,
+        sequence=sequence,
+        timestamp=timestamp,
+        amount=amount,
+        balance=result.available - result.debt,
+        available=result.available,
+        debt=result.debt,
+        consumed=result.consumed,
+        debt_added=result.debt_added,
+        allocation=allocation,
+    )
+    return change, receipt
+
+
+def view(account_id: str, tracker: GPUCreditTracker) -> BalanceView:
+    """The account at its clock."""
+    return BalanceView(
+        account_id=account_id,
+        timestamp=tracker.clock,
+        balance=tracker.available - tracker.debt,
+        available=tracker.available,
+        debt=tracker.debt,
+    )
+
+
+def read_balance(
+    account_id: str, tracker: GPUCreditTracker, timestamp: int | None
+) -> BalanceView | AsOfRead:
+    """A balance read that changes nothing (SPEC section 3). At or after the clock it is the
+    projection from the live grants; before it, an ``AsOfRead`` the stored history answers."""
+    clock = tracker.clock
+    if timestamp is None or timestamp == clock:
+        # Live grants with expiry <= clock were evicted by the write that set the clock.
+        return view(account_id, tracker)
+    if timestamp < clock:
+        return AsOfRead(account_id, timestamp)
+    available = tracker.available_at(timestamp)
+    debt = tracker.debt
+    return BalanceView(account_id, timestamp, available - debt, available, debt)
+
+
+def totals_view(account_id: str, timestamp: int, totals: Totals) -> BalanceView:
+    available, debt = totals
+    return BalanceView(account_id, timestamp, available - debt, available, debt)
+
+
+def as_of_in_batch(
+    read: AsOfRead, entries: Sequence[Entry], baselines: dict[tuple[str, int], Totals]
+) -> BalanceView:
+    """An as-of read inside a batch: after the batch's last own entry at or before its time,
+    or as the account stood before the batch. ``entries`` are in time order."""
+    index = bisect.bisect_right(entries, read.timestamp, key=lambda e: e.timestamp)
+    if index:
+        totals = (entries[index - 1].available, entries[index - 1].debt)
+    else:
+        totals = baselines[(read.account_id, read.timestamp)]
+    return totals_view(read.account_id, read.timestamp, totals)
+
+
+def grant_view_of(account_id: str, grant_id: int, entry: Entry | None, remaining: int) -> GrantView:
+    """One grant as getGrant shows it: its ledger entry plus what is left of it now."""
+    if entry is None or entry.kind != "grant":
+        raise GrantNotFound(account_id, grant_id)
+    d = entry.details
+    return GrantView(
+        account_id=account_id,
+        grant_id=grant_id,
+        sequence=entry.seq,
+        timestamp=entry.timestamp,
+        amount=d["amount"],
+        expiry=d["expiry"],
+        settled_debt=d["settled_debt"],
+        retained=d["retained"],
+        remaining=remaining,
+    )
+
+
+def _next_sequence(account: AccountState) -> int:
+    sequence = account.next_sequence
+    account.next_sequence = sequence + 1
+    return sequence
+
+
+def _expiration_entries(
+    account: AccountState,
+    expired: tuple[Expiration, ...],
+    available_before: int,
+    debt_before: int,
+) -> list[Entry]:
+    entries: list[Entry] = []
+    available = available_before
+    for e in expired:  # popped in (expiry, grant_seq) order
+        available -= e.amount
+        entries.append(
+            Entry(
+                seq=_next_sequence(account),
+                kind="expiration",
+                timestamp=e.expiry,
+                available=available,
+                debt=debt_before,
+                details={"grant_id": e.grant_seq, "expiry": e.expiry, "amount": e.amount},
+            )
+        )
+    return entries
+
+
+def _change(account: AccountState, entries: list[Entry]) -> Change:
+    t = account.tracker
+    row = AccountRow(account.account_id, t.clock, t.debt, t.next_grant_seq, account.next_sequence)
+    return Change(account=row, entries=entries)
+
+
+def _record_draws(change: Change, tracker: GPUCreditTracker, result: ConsumeResult) -> None:
+    if not result.draws:
+        return
+    # Every grant drawn from is used up, except possibly the last one, which a partial draw
+    # leaves first in the consumption order with its key unchanged.
+    first = tracker.first_batch()
+    for draw in result.draws:
+        if first is not None and draw.grant_seq == first.grant_seq:
+            change.upserted_batches.append(first)
+        else:
+            change.removed_grant_seqs.append(draw.grant_seq)
