@@ -86,7 +86,6 @@ def _serve(args: argparse.Namespace) -> int:
         # uvicorn only calls it, once per connection; a partial (not a class built here) so
         # that it pickles by name into each --workers process with the rest of the config.
         http=protocol_factory(settings),  # type: ignore[arg-type]
-        ws="none",  # no WebSocket routes: an Upgrade request stays an HTTP request
         access_log=settings.access_log,
         log_level=settings.log_level,
         server_header=False,

@@ -9,6 +9,7 @@ happens before a request exists, or instead of it.
   section past ``max_header_bytes`` (431) is refused and the connection closed while the head
   is still incomplete, so one connection holds at most the cap plus one socket read. (httptools
   buffers a header field until it ends, and uvicorn the URL; neither has a cap of its own.)
+  The trailer fields of a chunked body are buffered the same way and get the same cap.
 - One client address holds at most ``max_connections_per_client`` connections; one more is
   answered 429 and closed at once (IPv6 clients count per /64, what one host usually owns).
 - Near ``limit_concurrency``, connections that wait for nothing (idle keep-alive, or a request
@@ -179,6 +180,10 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
         self._awaiting_head = True
         self._head_bytes = 0
         self._url_bytes = 0
+        # A chunked body's trailer fields are buffered by httptools like header fields, and
+        # arrive after the app has the request: counted against the same cap.
+        self._maybe_trailers = False
+        self._trailer_bytes = 0
 
     # -- connections ------------------------------------------------------------------------
 
@@ -209,9 +214,9 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def handle_websocket_upgrade(self) -> None:
-        # The connection passes to another protocol object, which is not counted here; the
-        # service serves no WebSocket (cli.py turns them off), this keeps the counts right if
-        # that ever changes.
+        # The connection passes to uvicorn's WebSocket protocol (the app then refuses the
+        # handshake: it has no WebSocket route), and this object never hears of it again:
+        # count it out now, or every upgrade request would leak a place in the client's cap.
         self._forget()
         super().handle_websocket_upgrade()
 
@@ -263,9 +268,15 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
         # passed by at most one read, and memory is still bounded.
         if self._awaiting_head:
             self._head_bytes += len(data)
+        elif self._maybe_trailers:
+            self._trailer_bytes += len(data)
         super().data_received(data)
-        if self._awaiting_head and not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self._awaiting_head:
             self._check_head_size()
+        elif self._maybe_trailers and self._trailer_bytes > self._limits.max_header_bytes:
+            self._refuse_trailers()
 
     def _check_head_size(self) -> None:
         limits = self._limits
@@ -277,6 +288,19 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
         if header_bytes > limits.max_header_bytes:
             detail = f"{HEADERS_TOO_LARGE.title} (limit: {limits.max_header_bytes} bytes)"
             self._send_problem(431, _problem_bytes(HEADERS_TOO_LARGE, detail))
+
+    def _refuse_trailers(self) -> None:
+        self._shared.note("requests refused for trailers over the header cap (431)")
+        cycle = self.cycle
+        if cycle.response_started:
+            self.transport.close()  # the app has answered already; only the close is left
+            return
+        # The app is waiting for the rest of the body: from now on it gets a disconnect and
+        # cannot write, so this answer is the only one on the connection.
+        cycle.disconnected = True
+        cycle.message_event.set()
+        detail = f"trailer fields over the header limit ({self._limits.max_header_bytes} bytes)"
+        self._send_problem(431, _problem_bytes(HEADERS_TOO_LARGE, detail))
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -292,8 +316,9 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
         self._awaiting_head = False
         self._head_bytes = 0
         self._shared.idle.pop(self, None)  # busy with a request now
-        self._make_room()
         limit = self._limit_concurrency
+        if limit is not None and len(self.tasks) < limit:
+            self._make_room()  # (no use when the requests in flight alone are at the limit)
         if limit is None or (len(self.connections) < limit and len(self.tasks) < limit):
             super().on_headers_complete()
             return
@@ -306,8 +331,19 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
         finally:
             self.app = self._app
 
+    def on_chunk_header(self) -> None:
+        # Until body bytes follow, whatever arrives after a chunk's size line is trailer
+        # fields (the last chunk has size 0); a chunk with data ends the count at once.
+        self._maybe_trailers = True
+        self._trailer_bytes = 0
+
+    def on_body(self, body: bytes) -> None:
+        self._maybe_trailers = False
+        super().on_body(body)
+
     def on_message_complete(self) -> None:
         self._awaiting_head = True
+        self._maybe_trailers = False
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
