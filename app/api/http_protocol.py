@@ -134,15 +134,22 @@ class _ServerConnections:
         self.idle: OrderedDict[ProblemHttpToolsProtocol, None] = OrderedDict()
         self._events: dict[str, int] = {}
         self._last_log_s = -LOG_INTERVAL_S
+        self._report: asyncio.TimerHandle | None = None
 
     def note(self, event: str) -> None:
+        """Count an event; the counts are logged at once, then at most every LOG_INTERVAL_S
+        (on the event loop, from a protocol callback)."""
         self._events[event] = self._events.get(event, 0) + 1
-        now = time.monotonic()
-        if now - self._last_log_s >= LOG_INTERVAL_S:
-            summary = ", ".join(f"{count} {name}" for name, count in self._events.items())
-            log.warning("connection limits since the last report: %s", summary)
-            self._events.clear()
-            self._last_log_s = now
+        if self._report is None:
+            wait_s = max(0.0, self._last_log_s + LOG_INTERVAL_S - time.monotonic())
+            self._report = asyncio.get_running_loop().call_later(wait_s, self._log_report)
+
+    def _log_report(self) -> None:
+        self._report = None
+        summary = ", ".join(f"{count} {name}" for name, count in self._events.items())
+        log.warning("connection limits: %s", summary)
+        self._events.clear()
+        self._last_log_s = time.monotonic()
 
 
 # One entry per uvicorn server (its ServerState is shared by all its connections); weak, so
@@ -247,6 +254,8 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
     def _shed(self) -> None:
         self._shared.idle.pop(self, None)
         self.connections.discard(self)  # counted out now, not when the loop gets to it
+        if self.transport.is_closing():
+            return  # on its way out already (keep-alive timeout)
         self._shared.note("idle or incomplete connections closed to make room")
         if self._awaiting_head and self._head_bytes > 0:
             # A request had started: say why it will not be answered.
@@ -290,7 +299,6 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
             self._send_problem(431, _problem_bytes(HEADERS_TOO_LARGE, detail))
 
     def _refuse_trailers(self) -> None:
-        self._shared.note("requests refused for trailers over the header cap (431)")
         cycle = self.cycle
         if cycle.response_started:
             self.transport.close()  # the app has answered already; only the close is left
@@ -383,6 +391,8 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
     def _send_problem(self, status: int, body: bytes, retry_after_s: int | None = None) -> None:
         self._closed_by_us = True
         self._stop_header_timer()
+        # Closing: no longer a connection to shed (which would answer it a second time).
+        self._shared.idle.pop(self, None)
         content = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
             content.extend([name, b": ", value, b"\r\n"])
