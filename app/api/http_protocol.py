@@ -186,7 +186,7 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
         # until the next message's headers are complete.
         self._awaiting_head = True
         self._head_bytes = 0
-        self._url_bytes = 0
+        self._head_started = False  # on_message_begin ran: self.url is this head's URL
         # A chunked body's trailer fields are buffered by httptools like header fields, and
         # arrive after the app has the request: counted against the same cap.
         self._maybe_trailers = False
@@ -280,20 +280,23 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
         elif self._maybe_trailers:
             self._trailer_bytes += len(data)
         super().data_received(data)
-        if self.transport.is_closing():
+        if self._closed_by_us:
             return
-        if self._awaiting_head:
+        # (A head that completed in this read was counted out by on_headers_complete: its
+        # request is the app's now, and the app's own checks answer it.)
+        if self._awaiting_head and self._head_bytes:
             self._check_head_size()
         elif self._maybe_trailers and self._trailer_bytes > self._limits.max_header_bytes:
             self._refuse_trailers()
 
     def _check_head_size(self) -> None:
         limits = self._limits
-        if self._url_bytes > limits.max_url_bytes:
+        url_bytes = len(self.url) if self._head_started else 0
+        if url_bytes > limits.max_url_bytes:
             detail = f"{URL_TOO_LONG.title} (limit: {limits.max_url_bytes} bytes)"
             self._send_problem(414, _problem_bytes(URL_TOO_LONG, detail))
             return
-        header_bytes = self._head_bytes - self._url_bytes - REQUEST_LINE_ALLOWANCE_BYTES
+        header_bytes = self._head_bytes - url_bytes - REQUEST_LINE_ALLOWANCE_BYTES
         if header_bytes > limits.max_header_bytes:
             detail = f"{HEADERS_TOO_LARGE.title} (limit: {limits.max_header_bytes} bytes)"
             self._send_problem(431, _problem_bytes(HEADERS_TOO_LARGE, detail))
@@ -312,16 +315,13 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._url_bytes = 0
+        self._head_started = True
         self._start_header_timer()
-
-    def on_url(self, url: bytes) -> None:
-        super().on_url(url)
-        self._url_bytes += len(url)
 
     def on_headers_complete(self) -> None:
         self._stop_header_timer()
         self._awaiting_head = False
+        self._head_started = False
         self._head_bytes = 0
         self._shared.idle.pop(self, None)  # busy with a request now
         limit = self._limit_concurrency
@@ -358,9 +358,9 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()
         # Waiting for nothing now, unless uvicorn just started a pipelined request: the
         # youngest idle connection, the last to be shed.
+        # (Not in the queue since on_headers_complete: the assignment appends it.)
         if not self.transport.is_closing() and self.cycle.response_complete:
             self._shared.idle[self] = None
-            self._shared.idle.move_to_end(self)
 
     # -- the header timeout -----------------------------------------------------------------
 
