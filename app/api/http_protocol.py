@@ -19,7 +19,8 @@ happens before a request exists, or instead of it.
   the same way when it runs out of connections. Without this, connections that never finish
   their headers fill the limit and every real request is refused until they time out.
 
-The request never reaches the app in any of these cases, so nothing changes.
+The request never reaches the app in any of these cases (one refused for its trailers has,
+but it ends as a disconnect before its body is complete), so nothing changes.
 
 Configuration comes from ``Settings`` when the server is built (``protocol_factory``): a
 ``functools.partial`` of the class with a picklable ``ProtocolLimits``, which uvicorn pickles
@@ -36,10 +37,10 @@ import logging
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
@@ -63,17 +64,6 @@ REQUEST_LINE_ALLOWANCE_BYTES: Final = 64
 LOG_INTERVAL_S: Final = 10.0
 
 log = logging.getLogger("app.http")
-
-# ASGI, typed loosely: uvicorn's own ASGI types live in a private module.
-_ASGIMessage = MutableMapping[str, Any]
-_ASGIApp = Callable[
-    [
-        MutableMapping[str, Any],
-        Callable[[], Awaitable[_ASGIMessage]],
-        Callable[[_ASGIMessage], Awaitable[None]],
-    ],
-    Awaitable[None],
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +165,7 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
         # were busy; on_headers_complete decides instead, so uvicorn is told there is no limit.
         self._limit_concurrency = self.limit_concurrency
         self.limit_concurrency = None
-        self._app: _ASGIApp = self.app
+        self._app: ASGIApp = self.app
         shared = _SERVERS.get(server_state)
         if shared is None:
             shared = _SERVERS[server_state] = _ServerConnections()
@@ -304,6 +294,7 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
     def _refuse_trailers(self) -> None:
         cycle = self.cycle
         if cycle.response_started:
+            self._closed_by_us = True
             self.transport.close()  # the app has answered already; only the close is left
             return
         # The app is waiting for the rest of the body: from now on it gets a disconnect and
@@ -416,11 +407,7 @@ _OVERLOADED_BODY: Final = _problem_bytes(
 )
 
 
-async def _overloaded(
-    scope: MutableMapping[str, Any],
-    receive: Callable[[], Awaitable[_ASGIMessage]],
-    send: Callable[[_ASGIMessage], Awaitable[None]],
-) -> None:
+async def _overloaded(scope: Scope, receive: Receive, send: Send) -> None:
     """The app that answers a request refused at ``limit_concurrency``."""
     await send(
         {
