@@ -21,7 +21,7 @@ from typing import Any
 
 import uvicorn
 
-from app.api.http_protocol import ProblemHttpToolsProtocol
+from app.api.http_protocol import protocol_factory
 from app.keys import Scope, create_key, load_records, revoke_key
 from app.main import create_app
 from app.settings import Settings
@@ -82,7 +82,10 @@ def _serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http=ProblemHttpToolsProtocol,  # httptools, with problem documents for bad HTTP
+        # httptools, hardened (app/api/http_protocol.py) and configured from these settings.
+        # uvicorn only calls it, once per connection; a partial (not a class built here) so
+        # that it pickles by name into each --workers process with the rest of the config.
+        http=protocol_factory(settings),  # type: ignore[arg-type]
         access_log=settings.access_log,
         log_level=settings.log_level,
         server_header=False,

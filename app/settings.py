@@ -93,6 +93,16 @@ class Settings(BaseSettings):
     limit_concurrency: int = Field(
         2048, ge=1, le=100_000, description="Connections and requests in flight before 503."
     )
+    max_connections_per_client: int = Field(
+        256,
+        ge=1,
+        le=100_000,
+        description=(
+            "Open connections one client address (IPv6: one /64) may hold; one more is "
+            "answered 429 and closed. Behind a reverse proxy every connection comes from the "
+            "proxy: set it to limit_concurrency there."
+        ),
+    )
     timeout_keep_alive_s: int = Field(
         5, ge=1, le=3600, description="Idle keep-alive connections are closed after this."
     )
