@@ -75,9 +75,7 @@ def _service_errors() -> Iterator[None]:
 
 
 def _view_of(state: RowState) -> BalanceView:
-    return BalanceView(
-        state.account_id, state.clock, state.available - state.debt, state.available, state.debt
-    )
+    return journal.totals_view(state.account_id, state.clock, (state.available, state.debt))
 
 
 @dataclass(slots=True)

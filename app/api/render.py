@@ -33,9 +33,6 @@ _GRANT_JSON: TypeAdapter[GrantReceipt] = TypeAdapter(GrantReceipt)
 _CONSUME_JSON: TypeAdapter[ConsumptionReceipt] = TypeAdapter(ConsumptionReceipt)
 _BALANCE_JSON: TypeAdapter[BalanceView] = TypeAdapter(BalanceView)
 
-_SUCCESS_STATUS = {GrantReceipt: GRANT_STATUS, ConsumptionReceipt: CONSUME_STATUS, BalanceView: 200}
-_OP_NAME = {GrantReceipt: "grant", ConsumptionReceipt: "consume", BalanceView: "balance"}
-
 
 @dataclasses.dataclass(slots=True)
 class _BatchItem:
@@ -66,10 +63,13 @@ def balance(view: BalanceView) -> bytes:
     return _BALANCE_JSON.dump_json(view)
 
 
-def _op_name(op: Operation) -> str:
+def _name_and_status(op: Operation) -> tuple[str, int]:
+    """A batch operation's name and the status its single endpoint answers on success."""
     if isinstance(op, GrantOp):
-        return "grant"
-    return "consume" if isinstance(op, ConsumeOp) else "balance"
+        return "grant", GRANT_STATUS
+    if isinstance(op, ConsumeOp):
+        return "consume", CONSUME_STATUS
+    return "balance", 200
 
 
 def batch(outcome: BatchOutcome) -> bytes:
@@ -78,13 +78,13 @@ def batch(outcome: BatchOutcome) -> bytes:
     items: list[_BatchItem] = []
     failed = 0
     for op, result in zip(outcome.operations, outcome.results, strict=True):
+        name, status = _name_and_status(op)
         if isinstance(result, Exception):
             failed += 1
             described = describe(result)
-            items.append(_BatchItem(_op_name(op), described.kind.status, described.body()))
+            items.append(_BatchItem(name, described.kind.status, described.body()))
         else:
-            kind = type(result)
-            items.append(_BatchItem(_OP_NAME[kind], _SUCCESS_STATUS[kind], result))
+            items.append(_BatchItem(name, status, result))
     return _BATCH_JSON.dump_json(_BatchBody(len(items) - failed, failed, items))
 
 
