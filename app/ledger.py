@@ -391,7 +391,7 @@ class Ledger:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         for record in loaded.idempotency:
-            self._keys[(record.account_id, record.key)] = _PendingKey(record, done)
+            self._keys[(record.scope, record.key)] = _PendingKey(record, done)
 
     async def close(self) -> None:
         await self._store.close()
@@ -1004,7 +1004,7 @@ class Ledger:
 
     def _key_record(self, scope: str, idempotency: Idempotency, body: bytes) -> IdempotencyRecord:
         return IdempotencyRecord(
-            account_id=scope,
+            scope=scope,
             key=idempotency.key,
             fingerprint=idempotency.fingerprint,
             status_code=idempotency.status_code,
@@ -1016,8 +1016,8 @@ class Ledger:
         """From now on a retry with this key waits for ``fut`` and replays the answer."""
         if record is None:
             return
-        self._keys[(record.account_id, record.key)] = _PendingKey(record, fut)
-        Tenants.add(self._scope_tenants(record.account_id), "idempotency keys", 1)
+        self._keys[(record.scope, record.key)] = _PendingKey(record, fut)
+        Tenants.add(self._scope_tenants(record.scope), "idempotency keys", 1)
         if self._store.persists_idempotency_bodies:
             # Once durable, the body is on disk: hold only what matching a retry needs.
             def forget_body(done: asyncio.Future[None]) -> None:
@@ -1030,7 +1030,7 @@ class Ledger:
         record = pending.record
         body = record.body
         if body is None:
-            body = await self._store.read_idempotency_body(record.account_id, record.key)
+            body = await self._store.read_idempotency_body(record.scope, record.key)
         if body is None:  # pruned from disk between the match and the read: rare, retryable
             raise ServiceUnavailable("the idempotency record expired meanwhile; retry")
         return Replay(record.status_code, body)

@@ -22,6 +22,7 @@ from app.keys import tenant_quotas
 from app.ledger import Ledger
 from app.settings import Settings
 from app.storage import open_store
+from app.storage.base import EmbeddedJournal
 
 VERSION = "1.0.0"
 DESCRIPTION = """\
@@ -39,16 +40,14 @@ STORAGE_CHECK_INTERVAL_S = 1.0
 
 
 def build_ledger(settings: Settings) -> Ledger:
-    """The ledger service over the backend the settings name: the embedded ones (memory,
-    sqlite) behind ``Ledger``, the shared one (postgres) behind ``SharedLedger``."""
-    if settings.storage == "postgres":
-        from app.shared_ledger import SharedLedger  # loads asyncpg only when used
-        from app.storage.postgres import PostgresStore
+    """The ledger service over the backend the settings name: an embedded journal (memory,
+    sqlite) behind ``Ledger``, the shared database (postgres) behind ``SharedLedger``."""
+    store = open_store(settings)
+    if isinstance(store, EmbeddedJournal):
+        return Ledger(store, settings.limits())
+    from app.shared_ledger import SharedLedger  # loads asyncpg only when used
 
-        url = settings.database_url_value()
-        store = PostgresStore(url, settings.pg_min_connections, settings.pg_max_connections)
-        return SharedLedger(store, settings.limits())
-    return Ledger(open_store(settings.storage, settings.sqlite_path), settings.limits())
+    return SharedLedger(store, settings.limits())
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
