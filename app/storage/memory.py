@@ -32,8 +32,8 @@ log = logging.getLogger("app.storage.memory")
 
 
 class MemoryStore:
-    # The ledger keeps the bodies it replays: it holds the same record objects as this store
-    # (bodies are never copied), so keeping them here too costs nothing.
+    # The ledger keeps the bodies it replays. It holds the very record objects this store
+    # keeps (nothing is copied), so keeping them here too costs a dict slot each.
     persists_idempotency_bodies = False
 
     def __init__(self) -> None:
