@@ -23,10 +23,9 @@ from app.api.routes import BATCH_PATH, router
 from app.keys import tenant_quotas
 from app.service.ledger import Ledger
 from app.service.limits import Limits
-from app.service.unit_of_work import LedgerPort
 from app.settings import Settings
 from app.storage import open_store
-from app.storage.base import Store
+from app.storage.base import EmbeddedJournal
 
 VERSION = "1.0.0"
 DESCRIPTION = """\
@@ -44,23 +43,21 @@ STORAGE_CHECK_INTERVAL_S = 1.0
 
 
 def build_ledger(settings: Settings) -> Ledger:
-    """The one service over the adapter the settings name: embedded (memory, sqlite) or
-    shared (postgres)."""
+    """The one service over the adapter for the backend the settings name: embedded
+    (memory, sqlite) or shared (postgres)."""
     limits = settings.limits()
-    port: LedgerPort
-    if settings.storage == "postgres":
-        from app.adapters.postgres import PostgresPort  # loads asyncpg only when used
-        from app.storage.postgres import PostgresStore
+    store = open_store(settings)
+    if isinstance(store, EmbeddedJournal):
+        return embedded_ledger(store, limits)
+    from app.adapters.postgres import PostgresPort  # loads asyncpg only when used
 
-        url = settings.database_url_value()
-        store = PostgresStore(url, settings.pg_min_connections, settings.pg_max_connections)
-        port = PostgresPort(store, limits)
-        return Ledger(port, render.encode_answer, limits)
-    return embedded_ledger(open_store(settings.storage, settings.sqlite_path), limits)
+    return Ledger(PostgresPort(store, limits), render.encode_answer, limits)
 
 
 def embedded_ledger(
-    store: Store, limits: Limits | None = None, wall_clock_s: Callable[[], float] = time.time
+    store: EmbeddedJournal,
+    limits: Limits | None = None,
+    wall_clock_s: Callable[[], float] = time.time,
 ) -> Ledger:
     """The service over an embedded store (memory, sqlite), answers encoded as the API
     sends them: what ``serve`` runs, for benchmarks and tests that skip HTTP."""

@@ -41,7 +41,7 @@ from app.service.idempotency import BATCH_SCOPE, Idempotency, api_key_of_scope
 from app.service.journal import AccountState, AsOfRead, Totals, grant_view_of
 from app.service.limits import Limits
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
-from app.storage.base import Change, Entry, IdempotencyRecord, StorageError, Store
+from app.storage.base import Change, EmbeddedJournal, Entry, IdempotencyRecord, StorageError
 
 
 @dataclass(slots=True)
@@ -64,10 +64,10 @@ class _PendingKey:
 
 
 class EmbeddedPort:
-    """``LedgerPort`` over an embedded ``Store`` (memory or SQLite)."""
+    """``LedgerPort`` over an ``EmbeddedJournal`` (memory or SQLite)."""
 
     def __init__(
-        self, store: Store, limits: Limits, wall_clock_s: Callable[[], float] = time.time
+        self, store: EmbeddedJournal, limits: Limits, wall_clock_s: Callable[[], float] = time.time
     ) -> None:
         self._store = store
         self._limits = limits
@@ -95,7 +95,7 @@ class EmbeddedPort:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         for record in loaded.idempotency:
-            self._keys[(record.account_id, record.key)] = _PendingKey(record, done)
+            self._keys[(record.scope, record.key)] = _PendingKey(record, done)
 
     async def close(self) -> None:
         await self._store.close()
@@ -213,7 +213,7 @@ class EmbeddedPort:
         record = pending.record
         body = record.body
         if body is None:
-            body = await self._store.read_idempotency_body(record.account_id, record.key)
+            body = await self._store.read_idempotency_body(record.scope, record.key)
         if body is None:  # pruned from disk between the match and the read: rare, retryable
             raise ServiceUnavailable("the idempotency record expired meanwhile; retry")
         return Answer(record.status_code, body)
@@ -237,8 +237,8 @@ class EmbeddedPort:
 
     def _remember_key(self, record: IdempotencyRecord, fut: asyncio.Future[None]) -> None:
         """From now on a retry with this key waits for ``fut`` and replays the answer."""
-        self._keys[(record.account_id, record.key)] = _PendingKey(record, fut)
-        Tenants.add(self._scope_tenants(record.account_id), "idempotency keys", 1)
+        self._keys[(record.scope, record.key)] = _PendingKey(record, fut)
+        Tenants.add(self._scope_tenants(record.scope), "idempotency keys", 1)
         if self._store.persists_idempotency_bodies:
             # Once durable, the body is on disk: hold only what matching a retry needs.
             def forget_body(done: asyncio.Future[None]) -> None:

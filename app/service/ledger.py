@@ -272,7 +272,7 @@ class Ledger:
         self, scope: str, idempotency: Idempotency, answer: Answer
     ) -> IdempotencyRecord:
         return IdempotencyRecord(
-            account_id=scope,
+            scope=scope,
             key=idempotency.key,
             fingerprint=idempotency.fingerprint,
             status_code=answer.status_code,
