@@ -16,13 +16,15 @@ them as that release wrote them):
 
 from __future__ import annotations
 
-from app.domain import Batch, TrackerState
+from app.domain import Batch, Draw, TrackerState
 from app.storage.base import (
     AccountRow,
     Change,
+    ConsumptionEntry,
     Entry,
+    ExpirationEntry,
+    GrantEntry,
     IdempotencyRecord,
-    JsonObject,
     LoadedAccount,
     StorageBackend,
 )
@@ -30,43 +32,45 @@ from app.storage.base import (
 ACCOUNTS = ("acme", "bat", "team-b:1")
 
 
-def _grant(grant_id: int, amount: int, expiry: int, settled: int, retained: int) -> JsonObject:
-    return {
-        "grant_id": grant_id,
-        "amount": amount,
-        "expiry": expiry,
-        "settled_debt": settled,
-        "retained": retained,
-    }
+def _grant(
+    head: tuple[int, int, int, int],
+    grant_id: int,
+    amount: int,
+    expiry: int,
+    settled: int,
+    retained: int,
+) -> GrantEntry:
+    """``head``: (sequence, timestamp, available, debt) after the entry."""
+    return GrantEntry(*head, grant_id, amount, expiry, settled, retained)
 
 
 def _consumption(
-    amount: int, consumed: int, debt_added: int, *draws: tuple[int, int, int]
-) -> JsonObject:
-    return {
-        "amount": amount,
-        "consumed": consumed,
-        "debt_added": debt_added,
-        "allocation": [{"grant_id": g, "expiry": e, "amount": a} for g, e, a in draws],
-    }
+    head: tuple[int, int, int, int],
+    amount: int,
+    consumed: int,
+    debt_added: int,
+    *draws: tuple[int, int, int],
+) -> ConsumptionEntry:
+    allocation = tuple(Draw(g, e, a) for g, e, a in draws)
+    return ConsumptionEntry(*head, amount, consumed, debt_added, allocation)
 
 
 ENTRIES: dict[str, list[Entry]] = {
     "acme": [
-        Entry(1, "grant", 0, 100, 0, _grant(1, 100, 10, 0, 100)),
-        Entry(2, "grant", 1, 150, 0, _grant(2, 50, 30, 0, 50)),
-        Entry(3, "consumption", 5, 30, 0, _consumption(120, 120, 0, (1, 10, 100), (2, 30, 20))),
-        Entry(4, "consumption", 12, 0, 10, _consumption(40, 30, 10, (2, 30, 30))),
-        Entry(5, "grant", 15, 15, 0, _grant(3, 25, 40, 10, 15)),
+        _grant((1, 0, 100, 0), 1, 100, 10, 0, 100),
+        _grant((2, 1, 150, 0), 2, 50, 30, 0, 50),
+        _consumption((3, 5, 30, 0), 120, 120, 0, (1, 10, 100), (2, 30, 20)),
+        _consumption((4, 12, 0, 10), 40, 30, 10, (2, 30, 30)),
+        _grant((5, 15, 15, 0), 3, 25, 40, 10, 15),
     ],
     "bat": [
-        Entry(1, "grant", 2, 5, 0, _grant(1, 5, 6, 0, 5)),
-        Entry(2, "consumption", 3, 3, 0, _consumption(2, 2, 0, (1, 6, 2))),
+        _grant((1, 2, 5, 0), 1, 5, 6, 0, 5),
+        _consumption((2, 3, 3, 0), 2, 2, 0, (1, 6, 2)),
     ],
     "team-b:1": [
-        Entry(1, "grant", 3, 7, 0, _grant(1, 7, 8, 0, 7)),
-        Entry(2, "expiration", 8, 0, 0, {"grant_id": 1, "expiry": 8, "amount": 7}),
-        Entry(3, "grant", 9, 9, 0, _grant(2, 9, 20, 0, 9)),
+        _grant((1, 3, 7, 0), 1, 7, 8, 0, 7),
+        ExpirationEntry(2, 8, 0, 0, grant_id=1, expiry=8, amount=7),
+        _grant((3, 9, 9, 0), 2, 9, 20, 0, 9),
     ],
 }
 

@@ -30,6 +30,7 @@ from app.storage import rows
 from app.storage.base import (
     AccountRow,
     Change,
+    ConsumptionEntry,
     EmbeddedJournal,
     Entry,
     IdempotencyRecord,
@@ -173,14 +174,7 @@ class StorageContract(Generic[S]):
         await self.write(store, first)
         # team-b:1 is new; the acme change passes the group's own checks but its entry 1
         # is on disk already (the database's primary key refuses it).
-        again = Entry(
-            1,
-            "consumption",
-            1,
-            150,
-            0,
-            {"amount": 0, "consumed": 0, "debt_added": 0, "allocation": []},
-        )
+        again = ConsumptionEntry(1, 1, 150, 0, amount=0, consumed=0, debt_added=0, allocation=())
         clash = Change(AccountRow("acme", 1, 0, 3, 2), entries=[again])
         with pytest.raises(self.refused):
             await self.write(store, [data.groups(NOW_S)[2][0], clash])

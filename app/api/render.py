@@ -23,7 +23,7 @@ from app.service.results import (
     ConsumptionReceipt,
     GrantReceipt,
 )
-from app.storage.base import Entry
+from app.storage.base import ConsumptionEntry, Entry, GrantEntry
 
 GRANT_STATUS: Final = 201
 CONSUME_STATUS: Final = 200
@@ -98,13 +98,34 @@ def encode_answer(result: GrantReceipt | ConsumptionReceipt | BatchOutcome) -> A
 
 
 def entry(e: Entry) -> dict[str, Any]:
-    """A ledger entry as listLedgerEntries shows it."""
-    return {
+    """A ledger entry as listLedgerEntries shows it: its position, kind and time, the totals
+    after it, then what the kind says (the ``LedgerEntry`` schema)."""
+    body: dict[str, Any] = {
         "sequence": e.seq,
         "kind": e.kind,
         "timestamp": e.timestamp,
         "balance": e.available - e.debt,
         "available": e.available,
         "debt": e.debt,
-        **e.details,
     }
+    if isinstance(e, GrantEntry):
+        body.update(
+            grant_id=e.grant_id,
+            amount=e.amount,
+            expiry=e.expiry,
+            settled_debt=e.settled_debt,
+            retained=e.retained,
+        )
+    elif isinstance(e, ConsumptionEntry):
+        body.update(
+            amount=e.amount,
+            consumed=e.consumed,
+            debt_added=e.debt_added,
+            allocation=[
+                {"grant_id": d.grant_seq, "expiry": d.expiry, "amount": d.amount}
+                for d in e.allocation
+            ],
+        )
+    else:
+        body.update(grant_id=e.grant_id, expiry=e.expiry, amount=e.amount)
+    return body

@@ -22,7 +22,14 @@ from app.service.results import (
     GrantReceipt,
     GrantView,
 )
-from app.storage.base import AccountRow, Change, Entry
+from app.storage.base import (
+    AccountRow,
+    Change,
+    ConsumptionEntry,
+    Entry,
+    ExpirationEntry,
+    GrantEntry,
+)
 
 Totals = tuple[int, int]  # (available, debt) at some time
 
@@ -58,14 +65,19 @@ def grant(
     result = tracker.apply_grant(amount, timestamp, expiry, live_room)
     entries = _expiration_entries(account, result.expired, *before)
     sequence = _next_sequence(account)
-    details = {
-        "grant_id": result.grant_seq,
-        "amount": amount,
-        "expiry": expiry,
-        "settled_debt": result.settled_debt,
-        "retained": result.retained,
-    }
-    entries.append(Entry(sequence, "grant", timestamp, result.available, result.debt, details))
+    entries.append(
+        GrantEntry(
+            sequence,
+            timestamp,
+            result.available,
+            result.debt,
+            grant_id=result.grant_seq,
+            amount=amount,
+            expiry=expiry,
+            settled_debt=result.settled_debt,
+            retained=result.retained,
+        )
+    )
     change = _change(account, entries)
     change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
     if result.retained:
@@ -96,16 +108,17 @@ def consume(
     entries = _expiration_entries(account, result.expired, *before)
     sequence = _next_sequence(account)
     allocation = [Allocation(d.grant_seq, d.expiry, d.amount) for d in result.draws]
-    details = {
-        "amount": amount,
-        "consumed": result.consumed,
-        "debt_added": result.debt_added,
-        "allocation": [
-            {"grant_id": d.grant_seq, "expiry": d.expiry, "amount": d.amount} for d in result.draws
-        ],
-    }
     entries.append(
-        Entry(sequence, "consumption", timestamp, result.available, result.debt, details)
+        ConsumptionEntry(
+            sequence,
+            timestamp,
+            result.available,
+            result.debt,
+            amount=amount,
+            consumed=result.consumed,
+            debt_added=result.debt_added,
+            allocation=result.draws,
+        )
     )
     change = _change(account, entries)
     change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
@@ -172,18 +185,17 @@ def as_of_in_batch(
 
 def grant_view_of(account_id: str, grant_id: int, entry: Entry | None, remaining: int) -> GrantView:
     """One grant as getGrant shows it: its ledger entry plus what is left of it now."""
-    if entry is None or entry.kind != "grant":
+    if not isinstance(entry, GrantEntry):
         raise GrantNotFound(account_id, grant_id)
-    d = entry.details
     return GrantView(
         account_id=account_id,
         grant_id=grant_id,
         sequence=entry.seq,
         timestamp=entry.timestamp,
-        amount=d["amount"],
-        expiry=d["expiry"],
-        settled_debt=d["settled_debt"],
-        retained=d["retained"],
+        amount=entry.amount,
+        expiry=entry.expiry,
+        settled_debt=entry.settled_debt,
+        retained=entry.retained,
         remaining=remaining,
     )
 
@@ -205,13 +217,14 @@ def _expiration_entries(
     for e in expired:  # popped in (expiry, grant_seq) order
         available -= e.amount
         entries.append(
-            Entry(
-                seq=_next_sequence(account),
-                kind="expiration",
+            ExpirationEntry(
+                _next_sequence(account),
                 timestamp=e.expiry,
                 available=available,
                 debt=debt_before,
-                details={"grant_id": e.grant_seq, "expiry": e.expiry, "amount": e.amount},
+                grant_id=e.grant_seq,
+                expiry=e.expiry,
+                amount=e.amount,
             )
         )
     return entries

@@ -32,23 +32,60 @@ from dataclasses import dataclass, field
 # Records here and in app.service are plain (not frozen) slotted dataclasses: they are made
 # several times per operation on the hot path, and a frozen dataclass's __init__ costs about
 # twice as much. Nothing mutates them after construction.
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
-from app.domain import Batch, TrackerState
+from app.domain import Batch, Draw, TrackerState
 
 JsonObject = dict[str, Any]
 
 
-@dataclass(slots=True)
-class Entry:
-    """One ledger entry: a grant, a consumption or an expiration, with the totals after it."""
+# Ledger entries: one typed record per kind, from the service to the API (no untyped
+# details cross a layer; ``app.storage.rows`` alone turns the kind-specific members into the
+# ``details`` column and back). Each carries its position and the totals right after it.
 
+
+@dataclass(slots=True)
+class GrantEntry:
     seq: int  # 1-based position in the account's ledger
-    kind: str  # "grant" | "consumption" | "expiration"
     timestamp: int
     available: int
     debt: int
-    details: JsonObject  # kind-specific members, JSON-serialisable
+    grant_id: int
+    amount: int
+    expiry: int
+    settled_debt: int
+    retained: int
+    kind: ClassVar[Literal["grant"]] = "grant"
+
+
+@dataclass(slots=True)
+class ConsumptionEntry:
+    seq: int
+    timestamp: int
+    available: int
+    debt: int
+    amount: int
+    consumed: int
+    debt_added: int
+    allocation: tuple[Draw, ...]  # which grants gave how much, in the order drawn
+    kind: ClassVar[Literal["consumption"]] = "consumption"
+
+
+@dataclass(slots=True)
+class ExpirationEntry:
+    """A grant's unused rest, recorded when a write moves the clock to its expiry."""
+
+    seq: int
+    timestamp: int  # the grant's expiry
+    available: int
+    debt: int
+    grant_id: int
+    expiry: int
+    amount: int
+    kind: ClassVar[Literal["expiration"]] = "expiration"
+
+
+Entry = GrantEntry | ConsumptionEntry | ExpirationEntry
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ from app.storage.base import (
     AccountRow,
     Change,
     Entry,
+    GrantEntry,
     IdempotencyRecord,
     LoadedAccount,
     LoadedState,
@@ -97,8 +98,8 @@ class MemoryStore:
         entries = self._entries.setdefault(account_id, [])
         for entry in change.entries:
             entries.append(entry)
-            if entry.kind == "grant":
-                self._grant_entries[(account_id, entry.details["grant_id"])] = entry
+            if isinstance(entry, GrantEntry):
+                self._grant_entries[(account_id, entry.grant_id)] = entry
         batches = self._batches.setdefault(account_id, {})
         for batch in change.upserted_batches:
             batches[batch.grant_seq] = batch

@@ -17,9 +17,17 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
-from app.storage.base import AccountRow, Change, Entry
+from app.domain import Draw
+from app.storage.base import (
+    AccountRow,
+    Change,
+    ConsumptionEntry,
+    Entry,
+    ExpirationEntry,
+    GrantEntry,
+)
 
 ACCOUNT_COLUMNS: Final = ("account_id", "clock", "debt", "next_grant_seq", "next_entry_seq")
 BATCH_COLUMNS: Final = ("account_id", "grant_seq", "expiry", "remaining")
@@ -104,7 +112,6 @@ def encode(changes: Sequence[Change]) -> Rows:
         account_id = account.account_id
         rows.accounts[account_id] = account
         for e in change.entries:
-            details = e.details
             rows.entries.append(
                 (
                     account_id,
@@ -113,8 +120,8 @@ def encode(changes: Sequence[Change]) -> Rows:
                     e.timestamp,
                     e.available,
                     e.debt,
-                    details["grant_id"] if e.kind == "grant" else None,
-                    dumps(details, separators=(",", ":")),
+                    e.grant_id if isinstance(e, GrantEntry) else None,
+                    dumps(_details(e), separators=(",", ":")),
                 )
             )
         for b in change.upserted_batches:
@@ -200,11 +207,9 @@ def _check_entries(change: Change, last_timestamp: dict[str, int]) -> None:
         )
         assert e.available >= 0, f"{account_id}: entry {e.seq} available < 0"
         assert e.debt >= 0, f"{account_id}: entry {e.seq} debt < 0"
-        if e.kind == "grant":
-            grant_id = e.details.get("grant_id")
-            assert type(grant_id) is int, f"{account_id}: grant entry {e.seq} has no grant_id"
-            assert 1 <= grant_id < a.next_grant_seq, (
-                f"{account_id}: grant entry {e.seq} names grant {grant_id}"
+        if isinstance(e, GrantEntry):
+            assert 1 <= e.grant_id < a.next_grant_seq, (
+                f"{account_id}: grant entry {e.seq} names grant {e.grant_id}"
             )
         previous = e.timestamp
     last_timestamp[account_id] = previous
@@ -226,9 +231,51 @@ def _check_batches(change: Change, removed: set[tuple[str, int]]) -> set[int]:
     return upserted
 
 
+def _details(e: Entry) -> dict[str, Any]:
+    """The kind-specific members of an entry, as the ``details`` column keeps them."""
+    if isinstance(e, GrantEntry):
+        return {
+            "grant_id": e.grant_id,
+            "amount": e.amount,
+            "expiry": e.expiry,
+            "settled_debt": e.settled_debt,
+            "retained": e.retained,
+        }
+    if isinstance(e, ConsumptionEntry):
+        return {
+            "amount": e.amount,
+            "consumed": e.consumed,
+            "debt_added": e.debt_added,
+            "allocation": [
+                {"grant_id": d.grant_seq, "expiry": d.expiry, "amount": d.amount}
+                for d in e.allocation
+            ],
+        }
+    return {"grant_id": e.grant_id, "expiry": e.expiry, "amount": e.amount}
+
+
 def entry_of(seq: int, kind: str, timestamp: int, available: int, debt: int, details: str) -> Entry:
     """An entry from its row (``ENTRY_COLUMNS`` without account_id and grant_seq)."""
-    return Entry(seq, kind, timestamp, available, debt, json.loads(details))
+    d = json.loads(details)
+    if kind == "grant":
+        return GrantEntry(
+            seq,
+            timestamp,
+            available,
+            debt,
+            d["grant_id"],
+            d["amount"],
+            d["expiry"],
+            d["settled_debt"],
+            d["retained"],
+        )
+    if kind == "consumption":
+        allocation = tuple(Draw(a["grant_id"], a["expiry"], a["amount"]) for a in d["allocation"])
+        return ConsumptionEntry(
+            seq, timestamp, available, debt, d["amount"], d["consumed"], d["debt_added"], allocation
+        )
+    assert kind == "expiration", f"unknown entry kind {kind!r}"
+    return ExpirationEntry(seq, timestamp, available, debt, d["grant_id"], d["expiry"], d["amount"])
 
 
 def columns(names: Sequence[str]) -> str:
