@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters.embedded import EmbeddedPort
+from app.adapters.embedded import MAX_QUEUED_CHANGES, EmbeddedPort
 from app.api.render import encode_answer
 from app.main import embedded_ledger
 from app.service.commands import ConsumeOp, GrantOp, Operation
@@ -180,4 +180,30 @@ async def test_an_embedded_journal_that_fails_stops_the_service() -> None:
     for attempt in (ledger.grant("a", 1, 2, 10), ledger.balance("a", None)):
         with pytest.raises(ServiceUnavailable, match="restart required"):
             await attempt
+    await ledger.close()
+
+
+class StalledStore(MemoryStore):
+    """A journal whose disk has fallen behind by ``backlog`` changes."""
+
+    backlog = 0
+
+    @property
+    def queued_changes(self) -> int:
+        return self.backlog
+
+
+async def test_a_journal_too_far_behind_refuses_before_applying_anything() -> None:
+    store = StalledStore()
+    ledger = embedded_ledger(store)
+    await ledger.start()
+    await ledger.grant("a", 5, 0, 10)
+    store.backlog = MAX_QUEUED_CHANGES
+    with pytest.raises(ServiceUnavailable, match="waiting for the disk"):
+        await ledger.grant("a", 5, 1, 10)
+    store.backlog = 0
+    assert ledger.healthy  # a refusal, not a failure: the next write goes through
+    result = await ledger.consume("a", 1, 1)
+    assert isinstance(result, ConsumptionReceipt)
+    assert (result.sequence, result.available) == (2, 4)  # the refused grant left nothing
     await ledger.close()

@@ -25,6 +25,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from app.domain import GPUCreditTracker
 from app.quotas import Quota, Tenant, Tenants, Usage
@@ -42,6 +43,10 @@ from app.service.journal import AccountState, AsOfRead, Totals, grant_view_of
 from app.service.limits import Limits
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
 from app.storage.base import Change, EmbeddedJournal, Entry, IdempotencyRecord, StorageError
+
+# About ten full commit groups (app.storage.sqlite.MAX_CHANGES_PER_COMMIT): far more than a
+# healthy disk ever has queued, small enough that a stalled one cannot take the memory.
+MAX_QUEUED_CHANGES: Final = 200_000
 
 
 @dataclass(slots=True)
@@ -156,6 +161,12 @@ class EmbeddedPort:
             for slot in slots:
                 await slot.lock.acquire()
                 locked.append(slot)
+            if self._store.queued_changes >= MAX_QUEUED_CHANGES:
+                # Bound the journal's queue (and the memory ahead of disk): refuse before
+                # anything is applied, so the refusal changes nothing.
+                raise ServiceUnavailable(
+                    f"{self._store.queued_changes} changes are waiting for the disk; retry shortly"
+                )
             # Earlier changes of these accounts: nothing this unit answers may be read back
             # before they are durable.
             waits = [slot.durable for slot in slots if slot.durable is not None]

@@ -32,12 +32,9 @@ from dataclasses import dataclass, field
 # Records here and in app.service are plain (not frozen) slotted dataclasses: they are made
 # several times per operation on the hot path, and a frozen dataclass's __init__ costs about
 # twice as much. Nothing mutates them after construction.
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 from app.domain import Batch, Draw, TrackerState
-
-JsonObject = dict[str, Any]
-
 
 # Ledger entries: one typed record per kind, from the service to the API (no untyped
 # details cross a layer; ``app.storage.rows`` alone turns the kind-specific members into the
@@ -259,6 +256,11 @@ class EmbeddedJournal(StorageBackend, Protocol):
         """Queue ``changes``; the future completes when they are durable, in order, all or
         none, or fails with StorageError (and so does every later submit: memory has run
         ahead of the journal). Must be called from the event loop thread."""
+        ...
+
+    @property
+    def queued_changes(self) -> int:
+        """Changes submitted and not yet durable: how far the journal is behind."""
         ...
 
 

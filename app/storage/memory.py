@@ -56,6 +56,10 @@ class MemoryStore:
     async def close(self) -> None:
         self._forget()  # as the process would
 
+    @property
+    def queued_changes(self) -> int:
+        return 0  # nothing waits for a disk here
+
     def submit(self, changes: Sequence[Change]) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()

@@ -251,6 +251,7 @@ class SqliteStore:
         self._write_conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
         self._queue: list[tuple[Sequence[Change], asyncio.Future[None]]] = []
+        self._queued_changes = 0  # over self._queue: bounded by the service (queued_changes)
         self._flusher: asyncio.Task[None] | None = None
         self._failure: StorageError | None = None
         # Guards _failure's first assignment (log once) and the watched descriptors, which
@@ -464,6 +465,10 @@ class SqliteStore:
 
     # -- writes --------------------------------------------------------------------------
 
+    @property
+    def queued_changes(self) -> int:
+        return self._queued_changes
+
     def submit(self, changes: Sequence[Change]) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
@@ -471,6 +476,7 @@ class SqliteStore:
             fut.set_exception(self._failure)
             return fut
         self._queue.append((changes, fut))
+        self._queued_changes += len(changes)
         if self._flusher is None or self._flusher.done():
             self._flusher = loop.create_task(self._flush())
         return fut
@@ -486,6 +492,7 @@ class SqliteStore:
                 failure = self._fail(f"commit failed: {exc}", exc)
                 failed = group + self._queue
                 self._queue = []
+                self._queued_changes = 0
                 for _, fut in failed:
                     if not fut.done():
                         fut.set_exception(failure)
@@ -506,6 +513,7 @@ class SqliteStore:
             cut += 1
         group = self._queue[:cut]
         del self._queue[:cut]
+        self._queued_changes -= sum(len(chunk) for chunk, _ in group)
         return group
 
     def _write(self, changes: list[Change]) -> None:
