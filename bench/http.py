@@ -41,7 +41,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.server_process import ServerProcess, free_port
+from tests.support.server_process import ServerProcess, free_port
 
 ACCOUNTS = 1000
 FAR_EXPIRY = 10**15

@@ -25,8 +25,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import importlib.util
 
-from tests.pg_server import start_postgres
-from tests.server_process import ServerProcess
+from tests.support.pg_server import start_postgres
+from tests.support.server_process import ServerProcess
 
 _spec = importlib.util.spec_from_file_location("bench_http", ROOT / "bench" / "http.py")
 assert _spec is not None

@@ -11,7 +11,7 @@ Run: ``python bench/restart.py`` (``--ops N``, ``--accounts N``, ``--quick`` for
    some grants expire on the way (expiration entries) and some consumptions run into debt.
    A fraction of the operations carries an ``Idempotency-Key`` (``--key-fraction``): keys are
    kept 24 hours, so a restart soon after the build has to load all of them.
-2. Measure: start the real server process (``tests.server_process.ServerProcess``, the
+2. Measure: start the real server process (``tests.support.server_process.ServerProcess``, the
    console script, until ``/healthz`` is 200) on that data directory ``--runs`` times, check a
    sample of accounts answers what the build left, and stop it gracefully each time. Also
    time ``SqliteStore.open`` in process: the part of the start that grows with the data.
@@ -51,7 +51,7 @@ from app.ledger import (
 )
 from app.settings import Settings
 from app.storage.sqlite import SqliteStore
-from tests.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 IDEMPOTENCY_TTL_S = 24 * 3600.0
 # The stored response bodies, rendered as the routes render them.

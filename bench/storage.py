@@ -4,12 +4,13 @@ memory).
 
 Run: ``python bench/storage.py`` (``--requests N``, ``--quick`` for a smoke run).
 
-For each backend, a fresh ``gpu-credits serve`` process (``tests.server_process.ServerProcess``)
-gets a short warm-up, then ``--requests`` grants and consumptions (about 55/45) from
-``--clients`` concurrent asyncio clients, each on its own keep-alive connection. Each client
-owns its own slice of ``--accounts`` accounts and gives each account rising timestamps, so no
-request is refused (any non-2xx answer fails the run). Reported: ops/s over the wall time,
-p50/p99 latency, and the server's CPU use (from /proc), which says who the bottleneck was.
+For each backend, a fresh ``gpu-credits serve`` process
+(``tests.support.server_process.ServerProcess``) gets a short warm-up, then ``--requests``
+grants and consumptions (about 55/45) from ``--clients`` concurrent asyncio clients, each on
+its own keep-alive connection. Each client owns its own slice of ``--accounts`` accounts and
+gives each account rising timestamps, so no request is refused (any non-2xx answer fails the
+run). Reported: ops/s over the wall time, p50/p99 latency, and the server's CPU use (from
+/proc), which says who the bottleneck was.
 
 The load generator matters on a 2-core machine, where clients and server share the CPUs:
 
@@ -53,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
 
-from tests.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 # httpcore asks ``import sniffio`` several times per request; without sniffio installed (anyio
 # 4 no longer needs it) every ask is a failed import that searches all of sys.path. A None

@@ -14,8 +14,8 @@ from fastapi import FastAPI
 
 from app.main import create_app
 from app.settings import Settings
-from tests.pg_server import PostgresServer, PostgresUnavailable, start_postgres
-from tests.server_process import ServerProcess
+from tests.support.pg_server import PostgresServer, PostgresUnavailable, start_postgres
+from tests.support.server_process import ServerProcess
 
 # The backend-agnostic suite: every test that takes ``client`` runs against each of these,
 # postgres on a real throwaway server (a fresh database per test).
@@ -80,7 +80,7 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[PostgresServer]:
-    """A throwaway PostgreSQL 15 server for the whole session (``tests.pg_server``): its
+    """A throwaway PostgreSQL 15 server for the whole session (``tests.support.pg_server``): its
     ``url`` is a default database, ``create_database(name)`` makes an empty one and returns
     its URL. Skips only when the binaries are not installed, and never in CI (CI=true)."""
     try:

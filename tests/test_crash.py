@@ -44,7 +44,7 @@ from typing import Any, Literal
 import httpx
 import pytest
 
-from tests.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 Json = dict[str, Any]
 OpKind = Literal["grant", "consume", "read"]

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server_process import ROOT, ServerProcess, free_port
+from tests.support.server_process import ROOT, ServerProcess, free_port
 
 JsonObject = dict[str, Any]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.server_process import ROOT, ServerProcess
+from tests.support.server_process import ROOT, ServerProcess
 
 PACKAGE = "gpu_credits_client"
 VENV_BIN = ROOT / ".venv" / "bin"

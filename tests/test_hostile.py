@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 JSON = dict[str, Any]
 MAX = 2**53 - 1

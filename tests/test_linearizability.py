@@ -1,7 +1,7 @@
 """Linearizability of the PostgreSQL backend across service processes (issue 6, item 5).
 
 Two ``gpu-credits serve`` processes on different ports share ONE PostgreSQL database (a fresh
-one per test, on the session's throwaway server from ``tests.pg_server``).
+one per test, on the session's throwaway server from ``tests.support.pg_server``).
 
 ``test_two_processes_are_linearizable_per_account``
     ``CLIENTS`` asyncio clients (``httpx.AsyncClient``), each picking one of the two servers at
@@ -58,8 +58,8 @@ from typing import Any, Literal
 import httpx
 import pytest
 
-from tests.pg_server import PostgresServer
-from tests.server_process import ROOT, ServerProcess
+from tests.support.pg_server import PostgresServer
+from tests.support.server_process import ROOT, ServerProcess
 
 Json = dict[str, Any]
 Kind = Literal["grant", "consume", "balance"]

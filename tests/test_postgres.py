@@ -27,8 +27,8 @@ from asyncpg.connection import Connection
 from app.main import create_app
 from app.settings import Settings
 from app.storage.postgres import MIGRATIONS, PgTransaction, PostgresStore, migrate
-from tests.pg_server import PostgresServer
-from tests.server_process import ServerProcess, console_script, free_port
+from tests.support.pg_server import PostgresServer
+from tests.support.server_process import ServerProcess, console_script, free_port
 
 PROBLEM = "tag:gpu-credits,2026:problem:"
 OUTCOME_UNKNOWN = PROBLEM + "outcome-unknown"

@@ -29,8 +29,8 @@ from app.quotas import Quota
 from app.shared_ledger import SharedLedger
 from app.storage.memory import MemoryStore
 from tests.conftest import make_settings
-from tests.pg_server import PostgresServer
-from tests.server_process import ServerProcess
+from tests.support.pg_server import PostgresServer
+from tests.support.server_process import ServerProcess
 from tests.test_security import create_key, run_cli
 
 TEAM_A = "team-a:"

@@ -25,7 +25,7 @@ import pytest
 from app.keys import Scope, create_key, load_records
 from app.main import create_app
 from app.settings import Settings
-from tests.server_process import ServerProcess, console_script
+from tests.support.server_process import ServerProcess, console_script
 
 PROBLEM_JSON = "application/problem+json"
 

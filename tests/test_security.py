@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server_process import ROOT, ServerProcess, console_script, free_port
+from tests.support.server_process import ROOT, ServerProcess, console_script, free_port
 
 JSON = dict[str, Any]
 PROBLEM_JSON = "application/problem+json"

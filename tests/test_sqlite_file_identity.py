@@ -30,7 +30,7 @@ from app.domain import Batch
 from app.storage.base import AccountRow, Change, StorageError
 from app.storage.memory import MemoryStore
 from app.storage.sqlite import SqliteStore
-from tests.server_process import ServerProcess, console_script, free_port
+from tests.support.server_process import ServerProcess, console_script, free_port
 
 DB_NAME = "gpu-credits.sqlite3"  # the default GPU_CREDITS_SQLITE_FILE
 SECOND_SERVER_TIMEOUT_S = 30.0  # a refused second server exits well within this
