@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 
 from app.main import create_app
-from app.settings import Settings
+from tests.support.app_runner import make_settings, running
 from tests.support.pg_server import PostgresServer, PostgresUnavailable, start_postgres
 from tests.support.server_process import ServerProcess
 
@@ -21,10 +21,6 @@ from tests.support.server_process import ServerProcess
 # postgres on a real throwaway server (a fresh database per test).
 BACKENDS = ["memory", "sqlite", "postgres"]
 _database_counter = itertools.count()
-
-
-def make_settings(storage: str, data_dir: Path, database_url: str | None = None) -> Settings:
-    return Settings(storage=storage, data_dir=data_dir, database_url=database_url)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -60,10 +56,7 @@ def app(backend: str, tmp_path: Path, database_url: str | None) -> FastAPI:
 
 @pytest.fixture
 async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as c,
-    ):
+    async with running(app) as c:
         yield c
 
 

@@ -7,23 +7,21 @@ one to ``/v1/accounts/...`` must answer the same status and body, and leave the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import make_settings
+from tests.support.app_runner import make_settings, running
 from tests.test_api import (
     JSON,
     MAX,
@@ -155,15 +153,6 @@ async def account_state(client: httpx.AsyncClient, account_id: str) -> JSON:
 
 async def states(client: httpx.AsyncClient, names: list[str], prefix: str) -> JSON:
     return {n: normalise(await account_state(client, prefix + n), prefix) for n in names}
-
-
-@contextlib.asynccontextmanager
-async def running(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as cl,
-    ):
-        yield cl
 
 
 def random_ops(rng: random.Random, n: int, accounts: list[str], failures: bool) -> list[JSON]:

@@ -28,7 +28,7 @@ from app.main import create_app
 from app.quotas import Quota
 from app.shared_ledger import SharedLedger
 from app.storage.memory import MemoryStore
-from tests.conftest import make_settings
+from tests.support.app_runner import make_settings, running
 from tests.support.pg_server import PostgresServer
 from tests.support.server_process import ServerProcess
 from tests.test_security import create_key, run_cli
@@ -296,10 +296,7 @@ async def test_a_postgres_process_caches_at_most_max_live_grants(
         update={"max_live_grants": 5}
     )
     app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client,
-    ):
+    async with running(app) as client:
         for i in range(12):
             body = {"amount": 10, "timestamp": 0, "expiry": 100 + i}
             r = await client.post(f"/v1/accounts/c{i}/grants", json=body)

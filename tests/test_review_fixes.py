@@ -25,6 +25,7 @@ import pytest
 from app.keys import Scope, create_key, load_records
 from app.main import create_app
 from app.settings import Settings
+from tests.support.app_runner import running
 from tests.support.server_process import ServerProcess, console_script
 
 PROBLEM_JSON = "application/problem+json"
@@ -37,10 +38,7 @@ async def keyed(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, str, s
     first, _ = create_key(keys_file, "team-a", tuple(Scope), "")
     second, _ = create_key(keys_file, "team-b", tuple(Scope), "")
     app = create_app(Settings(storage="memory", data_dir=tmp_path, api_keys_file=keys_file))
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as client,
-    ):
+    async with running(app) as client:
         yield client, first, second
 
 
