@@ -21,8 +21,7 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.support.app_runner import make_settings, running
-from tests.test_api import (
+from tests.support.api import (
     JSON,
     MAX,
     PROBLEM_JSON,
@@ -34,6 +33,7 @@ from tests.test_api import (
     snapshot,
     url,
 )
+from tests.support.app_runner import make_settings, running
 
 BATCH = "/v1/batch"
 ROOT = Path(__file__).resolve().parent.parent
