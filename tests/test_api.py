@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -34,6 +33,7 @@ from tests.support.api import (
     subset,
     url,
 )
+from tests.support.model import Account
 
 # -- SPEC examples -----------------------------------------------------------------------
 
@@ -1151,146 +1151,31 @@ async def test_ledger_default_page_size_is_100(client: httpx.AsyncClient) -> Non
     assert len(await paginate(client, 1000)) == 101
 
 
-@dataclass
-class Model:
-    """A deliberately naive reference for one account: a list, no heap, no running sums."""
-
-    clock: int = 0
-    debt: int = 0
-    next_grant_id: int = 1
-    batches: list[list[int]] = field(default_factory=list)  # [expiry, grant_id, remaining]
-    entries: list[JSON] = field(default_factory=list)
-
-    @property
-    def available(self) -> int:
-        return sum(b[2] for b in self.batches)
-
-    def _append(self, kind: str, timestamp: int, **details: Any) -> JSON:
-        entry = {
-            "sequence": len(self.entries) + 1,
-            "kind": kind,
-            "timestamp": timestamp,
-            "available": self.available,
-            "debt": self.debt,
-            "balance": self.available - self.debt,
-            **details,
-        }
-        self.entries.append(entry)
-        return entry
-
-    def advance(self, timestamp: int) -> None:
-        assert timestamp >= self.clock
-        for b in sorted(b for b in self.batches if b[0] <= timestamp):
-            self.batches.remove(b)
-            self._append("expiration", b[0], grant_id=b[1], expiry=b[0], amount=b[2])
-        self.clock = timestamp
-
-    def grant(self, amount: int, timestamp: int, expiry: int) -> JSON:
-        self.advance(timestamp)
-        settled = min(amount, self.debt)
-        self.debt -= settled
-        grant_id = self.next_grant_id
-        self.next_grant_id += 1
-        if amount - settled:
-            self.batches.append([expiry, grant_id, amount - settled])
-        return self._append(
-            "grant",
-            timestamp,
-            grant_id=grant_id,
-            amount=amount,
-            expiry=expiry,
-            settled_debt=settled,
-            retained=amount - settled,
-        )
-
-    def consume(self, amount: int, timestamp: int) -> JSON:
-        self.advance(timestamp)
-        allocation: list[JSON] = []
-        left = amount
-        for b in sorted(self.batches):
-            if not left:
-                break
-            take = min(left, b[2])
-            b[2] -= take
-            left -= take
-            allocation.append({"grant_id": b[1], "expiry": b[0], "amount": take})
-        self.batches = [b for b in self.batches if b[2] > 0]
-        self.debt += left
-        return self._append(
-            "consumption",
-            timestamp,
-            amount=amount,
-            consumed=amount - left,
-            debt_added=left,
-            allocation=allocation,
-        )
-
-    def view(self) -> JSON:
-        return {
-            "account_id": ACCOUNT,
-            "timestamp": self.clock,
-            "balance": self.available - self.debt,
-            "available": self.available,
-            "debt": self.debt,
-        }
-
-    def projected(self, timestamp: int) -> JSON:
-        """A read at or after the clock: batches expiring by then do not count."""
-        assert timestamp >= self.clock
-        available = sum(b[2] for b in self.batches if b[0] > timestamp)
-        return {
-            "account_id": ACCOUNT,
-            "timestamp": timestamp,
-            "balance": available - self.debt,
-            "available": available,
-            "debt": self.debt,
-        }
-
-    def as_of(self, timestamp: int) -> JSON:
-        """Any read: before the clock, the totals after the last entry at or before it."""
-        if timestamp >= self.clock:
-            return self.projected(timestamp)
-        last = [e for e in self.entries if e["timestamp"] <= timestamp]
-        available, debt = (last[-1]["available"], last[-1]["debt"]) if last else (0, 0)
-        return {
-            "account_id": ACCOUNT,
-            "timestamp": timestamp,
-            "balance": available - debt,
-            "available": available,
-            "debt": debt,
-        }
-
-
-def _response_view(entry: JSON) -> JSON:
-    """What a write's response says, per the model's ledger entry."""
-    return {k: v for k, v in entry.items() if k != "kind"}
-
-
 @pytest.mark.parametrize("seed", [7, 2026])
 async def test_ledger_reconciles_with_balances(client: httpx.AsyncClient, seed: int) -> None:
     rng = random.Random(seed)
-    model = Model()
+    model = Account(ACCOUNT)
     t = 0
-    expect(ok(await grant(client, 50, 0, 10), 201), _response_view(model.grant(50, 0, 10)))
+    expect(ok(await grant(client, 50, 0, 10), 201), model.grant(50, 0, 10))
     for _ in range(300):
         t += rng.choice([0, 0, 1, 1, 2, 3, 8])
         roll = rng.random()
         if roll < 0.45:
             amount, expiry = rng.randint(1, 100), t + rng.randint(1, 12)
             body = ok(await grant(client, amount, t, expiry), 201)
-            expect(body, _response_view(model.grant(amount, t, expiry)))
+            expect(body, model.grant(amount, t, expiry))
         elif roll < 0.75:
             amount = rng.randint(1, 120)
             body = ok(await consume(client, amount, t))
-            expect(body, _response_view(model.consume(amount, t)))
+            expect(body, model.consume(amount, t))
         elif roll < 0.86:
             body = ok(await balance(client, t))
-            assert body == model.projected(t)
+            assert body == model.read_balance(t)  # a projection
         elif roll < 0.92:
             asked = rng.randint(0, max(model.clock, 1))
-            assert ok(await balance(client, asked)) == model.as_of(asked)
+            assert ok(await balance(client, asked)) == model.read_balance(asked)
         elif roll < 0.96:
-            assert ok(await balance(client)) == model.view()
+            assert ok(await balance(client)) == model.read_balance()
         elif model.clock > 0:
             problem = assert_problem(await consume(client, 1, model.clock - 1), 409)
             assert problem["account_timestamp"] == model.clock
@@ -1333,11 +1218,9 @@ async def test_ledger_reconciles_with_balances(client: httpx.AsyncClient, seed: 
         debt,
         available - debt,
     )
-    assert final == model.view()
-    live = ok(await client.get(url(ACCOUNT, "grants")))["grants"]
-    assert live == [
-        {"grant_id": g, "expiry": x, "remaining": r} for x, g, r in sorted(model.batches)
-    ]
+    assert final == model.read_balance()
+    live = ok(await client.get(url(ACCOUNT, "grants")))
+    assert live == model.live_grants()
 
 
 # -- live grants -------------------------------------------------------------------------

@@ -12,13 +12,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.support.model import Account
 from tests.support.server_process import ROOT, ServerProcess, free_port
 
 JsonObject = dict[str, Any]
@@ -200,61 +200,6 @@ def test_regression_and_unknown_account(server: ServerProcess, http: httpx.Clien
 # -- concurrency: linearizable writes on one account --------------------------------------
 
 
-@dataclass
-class _Model:
-    """The sequential semantics, for one expiry and one timestamp (nothing expires)."""
-
-    available: int = 0
-    debt: int = 0
-    batches: list[list[int]] = field(default_factory=list)  # [grant_id, remaining], FIFO
-    next_grant_id: int = 1
-
-    def grant(self, amount: int) -> JsonObject:
-        settled = min(self.debt, amount)
-        self.debt -= settled
-        retained = amount - settled
-        self.available += retained
-        grant_id = self.next_grant_id
-        self.next_grant_id += 1
-        if retained:
-            self.batches.append([grant_id, retained])
-        return {
-            "grant_id": grant_id,
-            "settled_debt": settled,
-            "retained": retained,
-            **self.figures(),
-        }
-
-    def consume(self, amount: int) -> JsonObject:
-        consumed = min(self.available, amount)
-        self.available -= consumed
-        debt_added = amount - consumed
-        self.debt += debt_added
-        allocation: list[JsonObject] = []
-        left = consumed
-        while left:
-            batch = self.batches[0]
-            take = min(batch[1], left)
-            allocation.append({"grant_id": batch[0], "expiry": FAR_EXPIRY, "amount": take})
-            batch[1] -= take
-            left -= take
-            if batch[1] == 0:
-                self.batches.pop(0)
-        return {
-            "consumed": consumed,
-            "debt_added": debt_added,
-            "allocation": allocation,
-            **self.figures(),
-        }
-
-    def figures(self) -> JsonObject:
-        return {
-            "balance": self.available - self.debt,
-            "available": self.available,
-            "debt": self.debt,
-        }
-
-
 CONCURRENT_REQUESTS = 320
 POOL_SIZE = 64
 
@@ -296,33 +241,25 @@ def test_concurrent_writes_on_one_account_are_linearizable(
     ordered = sorted(results, key=lambda r: int(r[2]["sequence"]))
     assert [r[2]["sequence"] for r in ordered] == list(range(1, len(ops) + 1))
 
-    model = _Model()
+    # Replayed in sequence order, the reference model predicts every answer exactly.
+    model = Account(acct)
     for kind, amount, body in ordered:
-        expected: JsonObject = {"account_id": acct, "timestamp": ts, "amount": amount}
         if kind == "grant":
-            expected |= {"expiry": FAR_EXPIRY, **model.grant(amount)}
+            expected = model.grant(amount, ts, FAR_EXPIRY)
         else:
-            expected |= model.consume(amount)
-        expected["sequence"] = body["sequence"]
+            expected = model.consume(amount, ts)
         assert body == expected, f"sequence {body['sequence']}"
 
     final = _balance(http, server, acct)
-    assert final == {"account_id": acct, "timestamp": ts, **model.figures()}
+    assert final == model.read_balance()
 
     entries = _ledger(http, server, acct)
     assert len(entries) == len(ops)
-    for entry, (kind, _, body) in zip(entries, ordered, strict=True):
-        expected_entry = {k: v for k, v in body.items() if k != "account_id"}
-        expected_entry["kind"] = "grant" if kind == "grant" else "consumption"
-        assert entry == expected_entry, f"ledger entry {entry['sequence']}"
+    assert entries == model.entries
 
     r = http.get(_url(server, acct, "grants"))
     assert r.status_code == 200, r.text
-    live = r.json()
-    assert {k: live[k] for k in ("balance", "available", "debt")} == model.figures()
-    assert live["grants"] == [
-        {"grant_id": gid, "expiry": FAR_EXPIRY, "remaining": rem} for gid, rem in model.batches
-    ]
+    assert r.json() == model.live_grants()
 
 
 # -- graceful restart --------------------------------------------------------------------
