@@ -34,224 +34,30 @@ from tests.support.api import (
     url,
 )
 from tests.support.model import Account
+from tests.support.spec_examples import EXAMPLES, Example, Step
 
 # -- SPEC examples -----------------------------------------------------------------------
 
 
-async def test_spec_example_1(client: httpx.AsyncClient) -> None:
-    r = await grant(client, 100, 0, 10)
-    expect(
-        ok(r, 201),
-        {
-            "account_id": ACCOUNT,
-            "timestamp": 0,
-            "balance": 100,
-            "available": 100,
-            "debt": 0,
-            "settled_debt": 0,
-            "retained": 100,
-            "grant_id": 1,
-            "sequence": 1,
-            "amount": 100,
-            "expiry": 10,
-        },
-    )
+async def _send(client: httpx.AsyncClient, step: Step) -> httpx.Response:
+    args = step.args
+    if step.op == "grant":
+        return await grant(client, args["amount"], args["timestamp"], args["expiry"])
+    if step.op == "consume":
+        return await consume(client, args["amount"], args["timestamp"])
+    return await balance(client, args["timestamp"])
 
-    r = await grant(client, 50, 2, 5)
-    expect(
-        ok(r, 201),
-        {
-            "account_id": ACCOUNT,
-            "timestamp": 2,
-            "balance": 150,
-            "available": 150,
-            "debt": 0,
-            "settled_debt": 0,
-            "retained": 50,
-            "grant_id": 2,
-            "sequence": 2,
-        },
-    )
 
-    # 50 from the expiry-5 batch, 20 from expiry-10 (80 left)
-    r = await consume(client, 70, 3)
-    expect(
-        ok(r),
-        {
-            "account_id": ACCOUNT,
-            "timestamp": 3,
-            "balance": 80,
-            "available": 80,
-            "debt": 0,
-            "consumed": 70,
-            "debt_added": 0,
-            "sequence": 3,
-            "amount": 70,
-            "allocation": [
-                {"grant_id": 2, "expiry": 5, "amount": 50},
-                {"grant_id": 1, "expiry": 10, "amount": 20},
-            ],
-        },
-    )
-
-    r = await balance(client, 4)
-    expect(
-        ok(r),
-        {
-            "account_id": ACCOUNT,
-            "timestamp": 4,
-            "balance": 80,
-            "available": 80,
-            "debt": 0,
-        },
-    )
-
-    # 80 consumed, 10 become debt; `debt` is the total, which consume returns
-    r = await consume(client, 90, 8)
-    expect(
-        ok(r),
-        {
-            "account_id": ACCOUNT,
-            "timestamp": 8,
-            "balance": -10,
-            "available": 0,
-            "debt": 10,
-            "consumed": 80,
-            "debt_added": 10,
-            "sequence": 4,
-            "allocation": [{"grant_id": 1, "expiry": 10, "amount": 80}],
-        },
-    )
-
-    r = await balance(client, 8)
-    expect(
-        ok(r),
-        {
-            "account_id": ACCOUNT,
-            "timestamp": 8,
-            "balance": -10,
-            "available": 0,
-            "debt": 10,
-        },
-    )
-
-    # 10 settle the debt, 20 stay active
-    r = await grant(client, 30, 12, 20)
-    expect(
-        ok(r, 201),
-        {
-            "account_id": ACCOUNT,
-            "timestamp": 12,
-            "balance": 20,
-            "available": 20,
-            "debt": 0,
-            "settled_debt": 10,
-            "retained": 20,
-            "grant_id": 3,
-            "sequence": 5,
-        },
-    )
-
-    r = await balance(client, 12)
-    expect(
-        ok(r),
-        {
-            "account_id": ACCOUNT,
-            "timestamp": 12,
-            "balance": 20,
-            "available": 20,
-            "debt": 0,
-        },
-    )
-
-    entries = await all_entries(client)
-    assert [(x["sequence"], x["kind"]) for x in entries] == [
-        (1, "grant"),
-        (2, "grant"),
-        (3, "consumption"),
-        (4, "consumption"),
-        (5, "grant"),
-    ]
-    assert [x["balance"] for x in entries] == [100, 150, 80, -10, 20]
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
+async def test_spec_example(client: httpx.AsyncClient, example: Example) -> None:
+    for step in example.steps:
+        r = await _send(client, step)
+        assert ok(r, step.status) == step.body(ACCOUNT), step
+        if step.op == "grant":
+            assert r.headers["location"] == url(ACCOUNT, f"grants/{step.answer['grant_id']}")
+    assert await all_entries(client) == example.ledger()
     live = ok(await client.get(url(ACCOUNT, "grants")))
-    assert live["grants"] == [{"grant_id": 3, "expiry": 20, "remaining": 20}]
-
-
-async def test_spec_example_2(client: httpx.AsyncClient) -> None:
-    r = await grant(client, 50, 0, 5)
-    expect(
-        ok(r, 201),
-        {
-            "account_id": ACCOUNT,
-            "timestamp": 0,
-            "balance": 50,
-            "available": 50,
-            "debt": 0,
-            "settled_debt": 0,
-            "retained": 50,
-            "grant_id": 1,
-            "sequence": 1,
-        },
-    )
-
-    r = await balance(client, 5)  # expired at t=5
-    expect(
-        ok(r),
-        {
-            "account_id": ACCOUNT,
-            "timestamp": 5,
-            "balance": 0,
-            "available": 0,
-            "debt": 0,
-        },
-    )
-
-    r = await consume(client, 20, 6)
-    expect(
-        ok(r),
-        {
-            "account_id": ACCOUNT,
-            "timestamp": 6,
-            "balance": -20,
-            "available": 0,
-            "debt": 20,
-            "consumed": 0,
-            "debt_added": 20,
-            "sequence": 3,
-            "allocation": [],
-        },
-    )
-
-    r = await balance(client, 6)
-    expect(
-        ok(r),
-        {
-            "account_id": ACCOUNT,
-            "timestamp": 6,
-            "balance": -20,
-            "available": 0,
-            "debt": 20,
-        },
-    )
-
-    entries = await all_entries(client)
-    assert [(x["sequence"], x["kind"], x["timestamp"]) for x in entries] == [
-        (1, "grant", 0),
-        (2, "expiration", 5),
-        (3, "consumption", 6),
-    ]
-    expect(
-        entries[1],
-        {
-            "grant_id": 1,
-            "expiry": 5,
-            "amount": 50,
-            "available": 0,
-            "debt": 0,
-            "balance": 0,
-        },
-    )
-    assert ok(await client.get(url(ACCOUNT, "grants")))["grants"] == []
+    assert live["grants"] == example.live_grants
 
 
 # -- status codes, Location, unknown accounts --------------------------------------------

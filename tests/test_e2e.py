@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.model import Account
 from tests.support.server_process import ROOT, ServerProcess, free_port
+from tests.support.spec_examples import EXAMPLES, Example, Step
 
 JsonObject = dict[str, Any]
 
@@ -86,96 +87,23 @@ def http() -> Iterator[httpx.Client]:
 # -- SPEC examples -----------------------------------------------------------------------
 
 
-def test_spec_example_1(server: ServerProcess, http: httpx.Client) -> None:
-    acct = "example-1"
-    g1 = _grant(http, server, acct, 100, 0, 10)
-    assert g1 == {
-        "account_id": acct,
-        "grant_id": 1,
-        "sequence": 1,
-        "timestamp": 0,
-        "amount": 100,
-        "expiry": 10,
-        "balance": 100,
-        "available": 100,
-        "debt": 0,
-        "settled_debt": 0,
-        "retained": 100,
-    }
-    g2 = _grant(http, server, acct, 50, 2, 5)
-    assert (g2["grant_id"], g2["balance"], g2["available"], g2["debt"]) == (2, 150, 150, 0)
-    assert (g2["settled_debt"], g2["retained"]) == (0, 50)
+def _send(http: httpx.Client, server: ServerProcess, account: str, step: Step) -> JsonObject:
+    args = step.args
+    if step.op == "grant":
+        return _grant(http, server, account, args["amount"], args["timestamp"], args["expiry"])
+    if step.op == "consume":
+        return _consume(http, server, account, args["amount"], args["timestamp"])
+    return _balance(http, server, account, args["timestamp"])
 
-    c1 = _consume(http, server, acct, 70, 3)
-    assert c1 == {
-        "account_id": acct,
-        "sequence": 3,
-        "timestamp": 3,
-        "amount": 70,
-        "balance": 80,
-        "available": 80,
-        "debt": 0,
-        "consumed": 70,
-        "debt_added": 0,
-        "allocation": [
-            {"grant_id": 2, "expiry": 5, "amount": 50},
-            {"grant_id": 1, "expiry": 10, "amount": 20},
-        ],
-    }
-    assert _balance(http, server, acct, 4) == {
-        "account_id": acct,
-        "timestamp": 4,
-        "balance": 80,
-        "available": 80,
-        "debt": 0,
-    }
 
-    c2 = _consume(http, server, acct, 90, 8)
-    assert c2["debt"] == 10  # consume returns the outstanding debt
-    assert (c2["balance"], c2["available"], c2["consumed"], c2["debt_added"]) == (-10, 0, 80, 10)
-    assert c2["allocation"] == [{"grant_id": 1, "expiry": 10, "amount": 80}]
-    b8 = _balance(http, server, acct, 8)
-    assert (b8["balance"], b8["available"], b8["debt"]) == (-10, 0, 10)
-
-    g3 = _grant(http, server, acct, 30, 12, 20)
-    assert (g3["settled_debt"], g3["retained"]) == (10, 20)
-    assert (g3["balance"], g3["available"], g3["debt"]) == (20, 20, 0)
-    b12 = _balance(http, server, acct, 12)
-    assert (b12["timestamp"], b12["balance"], b12["available"], b12["debt"]) == (12, 20, 20, 0)
-
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
+def test_spec_example(server: ServerProcess, http: httpx.Client, example: Example) -> None:
+    acct = example.name
+    for step in example.steps:
+        assert _send(http, server, acct, step) == step.body(acct), step
     # Without a timestamp: answered at the account's latest time, changing nothing.
-    assert _balance(http, server, acct) == b12
-    kinds = [(e["sequence"], e["kind"]) for e in _ledger(http, server, acct)]
-    assert kinds == [
-        (1, "grant"),
-        (2, "grant"),
-        (3, "consumption"),
-        (4, "consumption"),
-        (5, "grant"),
-    ]
-
-
-def test_spec_example_2(server: ServerProcess, http: httpx.Client) -> None:
-    acct = "example-2"
-    _grant(http, server, acct, 50, 0, 5)
-    b5 = _balance(http, server, acct, 5)
-    assert (b5["timestamp"], b5["balance"], b5["available"], b5["debt"]) == (5, 0, 0, 0)
-
-    c = _consume(http, server, acct, 20, 6)
-    assert c["debt"] == 20
-    assert (c["balance"], c["available"], c["consumed"], c["debt_added"]) == (-20, 0, 0, 20)
-    assert c["allocation"] == []
-    b6 = _balance(http, server, acct, 6)
-    assert (b6["balance"], b6["available"], b6["debt"]) == (-20, 0, 20)
-
-    entries = _ledger(http, server, acct)
-    assert [e["kind"] for e in entries] == ["grant", "expiration", "consumption"]
-    assert {k: entries[1][k] for k in ("timestamp", "grant_id", "expiry", "amount")} == {
-        "timestamp": 5,
-        "grant_id": 1,
-        "expiry": 5,
-        "amount": 50,
-    }
+    assert _balance(http, server, acct) == example.last.body(acct)
+    assert _ledger(http, server, acct) == example.ledger()
 
 
 def test_regression_and_unknown_account(server: ServerProcess, http: httpx.Client) -> None:
