@@ -13,6 +13,8 @@ JSON = dict[str, Any]
 MAX = 2**53 - 1
 PROBLEM_JSON = "application/problem+json"
 ACCOUNT = "acct-1"
+GOOD_GRANT: JSON = {"amount": 10, "timestamp": 5, "expiry": 10}
+GOOD_CONSUME: JSON = {"amount": 10, "timestamp": 5}
 
 
 def url(account_id: str, tail: str) -> str:
