@@ -12,7 +12,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from app.keys import Scope, create_key
 from app.main import create_app
+from app.settings import Settings
 from tests.support.app_runner import make_settings, running
 from tests.support.pg_server import PostgresServer, PostgresUnavailable, start_postgres
 from tests.support.server_process import ServerProcess
@@ -86,3 +88,15 @@ def postgres_url() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+async def keyed(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, str, str]]:
+    """The app in process (memory) with two API keys, each holding every scope: the client
+    and the two keys."""
+    keys_file = tmp_path / "api-keys.json"
+    first, _ = create_key(keys_file, "team-a", tuple(Scope), "")
+    second, _ = create_key(keys_file, "team-b", tuple(Scope), "")
+    app = create_app(Settings(storage="memory", data_dir=tmp_path, api_keys_file=keys_file))
+    async with running(app) as client:
+        yield client, first, second

@@ -662,6 +662,35 @@ async def test_batch_keys_are_independent_of_account_keys(client: httpx.AsyncCli
     assert len((await account_state(client, "a"))["entries"]) == 4
 
 
+async def test_batch_keys_are_scoped_to_the_api_key(
+    keyed: tuple[httpx.AsyncClient, str, str],
+) -> None:
+    """A batch's Idempotency-Key belongs to the API key that sent it: one namespace for
+    every API key would tell one tenant which key names another has used."""
+    client, first, second = keyed
+
+    def post(key: str, account: str) -> dict[str, object]:
+        return {
+            "json": {
+                "operations": [
+                    {"op": "grant", "account_id": account, "amount": 1, "timestamp": 0, "expiry": 9}
+                ]
+            },
+            "headers": {"authorization": f"Bearer {key}", "idempotency-key": "nightly"},
+        }
+
+    a = await client.post("/v1/batch", **post(first, "a"))  # type: ignore[arg-type]
+    assert a.status_code == 200
+    # Another API key may use the same key name with another body: no 422, no oracle.
+    b = await client.post("/v1/batch", **post(second, "b"))  # type: ignore[arg-type]
+    assert b.status_code == 200, b.text
+    assert b.headers.get("idempotent-replayed") is None
+    # Each still replays its own.
+    again = await client.post("/v1/batch", **post(first, "a"))  # type: ignore[arg-type]
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.content == a.content
+
+
 async def test_batch_that_changes_nothing_keeps_no_key(client: httpx.AsyncClient) -> None:
     """Like a failed single request, a batch that changed nothing (only reads, or every
     operation refused) leaves no trace: no stored key (so read-only or failing batches

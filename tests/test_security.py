@@ -22,6 +22,7 @@ import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.keys import load_records
 from tests.support.server_process import ROOT, ServerProcess, console_script, free_port
 
 JSON = dict[str, Any]
@@ -293,6 +295,27 @@ def test_keys_revoke_of_an_unknown_id_fails(tmp_path: Path) -> None:
     done = run_cli(data_dir, "keys", "revoke", "000000000000")
     assert done.returncode != 0
     assert keys_path(data_dir).read_bytes() == before
+
+
+def test_concurrent_key_commands_lose_nothing(tmp_path: Path) -> None:
+    """Concurrent ``keys create`` (each a process of its own) all land in the key file."""
+    env = {**os.environ, "GPU_CREDITS_DATA_DIR": str(tmp_path)}
+
+    def create(i: int) -> str:
+        done = subprocess.run(
+            [console_script(), "keys", "create", "--name", f"n{i}", "--scope", "credits:read"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        keys = list(pool.map(create, range(12)))
+    records = load_records(tmp_path / "api-keys.json")
+    assert len(records) == 12
+    assert {k.split("_")[1] for k in keys} == {r.key_id for r in records}
 
 
 # -- authentication and authorization ------------------------------------------------------
