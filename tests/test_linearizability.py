@@ -138,8 +138,12 @@ class Call:
         return self.kind != "balance"
 
     @property
+    def success_status(self) -> int:
+        return 201 if self.kind == "grant" else 200
+
+    @property
     def acked_write(self) -> bool:
-        return self.is_write and self.status in (200, 201)
+        return self.is_write and self.status == self.success_status
 
     @property
     def sequence(self) -> int:
@@ -567,7 +571,7 @@ async def test_one_process_killed_mid_load_loses_nothing_acknowledged(
 
     # The survivor served everything, before, during and after the kill.
     to_survivor = [c for c in calls if c.server == survivor]
-    failed = [c for c in to_survivor if c.status not in (200, 201, 409)]
+    failed = [c for c in to_survivor if c.status not in (c.success_status, 409)]
     assert not failed, "the survivor failed requests:\n" + "\n".join(
         c.describe() for c in failed[:10]
     )
@@ -580,7 +584,7 @@ async def test_one_process_killed_mid_load_loses_nothing_acknowledged(
     to_victim = [c for c in calls if c.server == victim]
     early_failures = [c for c in to_victim if c.error is not None and c.end < kill_started]
     assert not early_failures, early_failures[0].describe()
-    wrong = [c for c in to_victim if c.error is None and c.status not in (200, 201, 409)]
+    wrong = [c for c in to_victim if c.error is None and c.status not in (c.success_status, 409)]
     assert not wrong, wrong[0].describe()
     in_doubt = {id(c) for c in to_victim if c.error is not None and c.start < killed_at}
     committed_in_doubt = 0

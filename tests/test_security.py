@@ -25,16 +25,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from app.keys import load_records
+from tests.support.api import assert_problem
 from tests.support.server_process import ROOT, ServerProcess, console_script, free_port
 
-JSON = dict[str, Any]
-PROBLEM_JSON = "application/problem+json"
 KEY_RE = re.compile(r"^gck_(?P<key_id>[0-9a-f]{12})_(?P<secret>[A-Za-z0-9_-]{43})$")
 GRANT_BODY = {"amount": 10, "timestamp": 1, "expiry": 1000}
 STARTUP_TIMEOUT_S = 60.0
@@ -93,18 +91,6 @@ def revoke_key(data_dir: Path, key_id: str) -> None:
 
 def keys_path(data_dir: Path) -> Path:
     return data_dir / "api-keys.json"
-
-
-def assert_problem(response: httpx.Response, status: int) -> JSON:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].split(";")[0].strip() == PROBLEM_JSON
-    body = response.json()
-    assert isinstance(body, dict)
-    for member in ("type", "title", "detail"):
-        assert isinstance(body.get(member), str), body
-        assert body[member], body
-    assert body.get("status") == status, body
-    return body
 
 
 def assert_unauthenticated(response: httpx.Response) -> None:

@@ -72,12 +72,9 @@ def expect(body: JSON, expected: JSON) -> None:
     assert subset(body, expected) == expected
 
 
-def assert_problem(response: httpx.Response, status: int | None = None) -> JSON:
-    """An RFC 9457 problem document with the required members; ``status`` None: any 4xx."""
-    if status is None:
-        assert 400 <= response.status_code < 500, response.text
-    else:
-        assert response.status_code == status, response.text
+def assert_problem(response: httpx.Response, status: int) -> JSON:
+    """An RFC 9457 problem document with the required members, answered with ``status``."""
+    assert response.status_code == status, response.text
     assert response.headers["content-type"].split(";")[0].strip() == PROBLEM_JSON
     body = response.json()
     assert isinstance(body, dict)
