@@ -45,8 +45,10 @@ async def test_idempotent_retry_replays_the_response(
     assert "idempotent-replayed" not in first.headers
     entries = await all_entries(client)
 
-    # Later operations move the account on (and past the original timestamp).
+    # Later operations move the account on, its clock past the original timestamp (only a
+    # write does: reads are safe), so a retry that were not a replay would be a 409.
     ok(await balance(client, 20))
+    ok(await grant(client, 1, 20, 30), 201)
     after = await snapshot(client)
 
     second = await _write(client, operation, key="retry-1")
