@@ -12,7 +12,7 @@ Run: ``python bench/restart.py`` (``--ops N``, ``--accounts N``, ``--quick`` for
    some grants expire on the way (expiration entries) and some consumptions run into debt.
    A fraction of the operations carries an ``Idempotency-Key`` (``--key-fraction``): keys are
    kept 24 hours, so a restart soon after the build has to load all of them.
-2. Measure: start the real server process (``tests.server_process.ServerProcess``, the
+2. Measure: start the real server process (``bench/_procs.py``, the
    console script, until ``/healthz`` is 200) on that data directory ``--runs`` times, check a
    sample of accounts answers what the build left, and stop it gracefully each time. Also
    time ``SqliteStore.open`` in process: the part of the start that grows with the data.
@@ -47,7 +47,7 @@ from app.service.limits import Limits
 from app.service.results import ConsumptionReceipt, GrantReceipt
 from app.settings import Settings
 from app.storage.sqlite import SqliteStore
-from tests.server_process import ServerProcess
+from bench._procs import Server
 
 IDEMPOTENCY_TTL_S = 24 * 3600.0
 TARGET_STARTUP_S = 10.0
@@ -158,7 +158,7 @@ def expected_views(path: Path, sample: list[str]) -> dict[str, tuple[int, int, i
         conn.close()
 
 
-def check_loaded(server: ServerProcess, expected: dict[str, tuple[int, int, int]]) -> None:
+def check_loaded(server: Server, expected: dict[str, tuple[int, int, int]]) -> None:
     with httpx.Client(base_url=server.base_url, timeout=30) as client:
         for aid, (clock, debt, available) in expected.items():
             body = client.get(f"/v1/accounts/{aid}/balance").json()
@@ -199,7 +199,7 @@ def main() -> int:
 
         starts: list[float] = []
         for _ in range(args.runs):
-            server = ServerProcess(data_dir)
+            server = Server(data_dir)
             try:
                 starts.append(server.start())
                 check_loaded(server, expected)

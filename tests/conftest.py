@@ -12,19 +12,17 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from app.keys import Scope, create_key
 from app.main import create_app
 from app.settings import Settings
-from tests.pg_server import PostgresServer, PostgresUnavailable, start_postgres
-from tests.server_process import ServerProcess
+from tests.support.app_runner import make_settings, running
+from tests.support.pg_server import PostgresServer, PostgresUnavailable, start_postgres
+from tests.support.server_process import ServerProcess
 
 # The backend-agnostic suite: every test that takes ``client`` runs against each of these,
 # postgres on a real throwaway server (a fresh database per test).
 BACKENDS = ["memory", "sqlite", "postgres"]
 _database_counter = itertools.count()
-
-
-def make_settings(storage: str, data_dir: Path, database_url: str | None = None) -> Settings:
-    return Settings(storage=storage, data_dir=data_dir, database_url=database_url)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -60,10 +58,7 @@ def app(backend: str, tmp_path: Path, database_url: str | None) -> FastAPI:
 
 @pytest.fixture
 async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as c,
-    ):
+    async with running(app) as c:
         yield c
 
 
@@ -80,7 +75,7 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[PostgresServer]:
-    """A throwaway PostgreSQL 15 server for the whole session (``tests.pg_server``): its
+    """A throwaway PostgreSQL 15 server for the whole session (``tests.support.pg_server``): its
     ``url`` is a default database, ``create_database(name)`` makes an empty one and returns
     its URL. Skips only when the binaries are not installed, and never in CI (CI=true)."""
     try:
@@ -93,3 +88,15 @@ def postgres_url() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+async def keyed(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, str, str]]:
+    """The app in process (memory) with two API keys, each holding every scope: the client
+    and the two keys."""
+    keys_file = tmp_path / "api-keys.json"
+    first, _ = create_key(keys_file, "team-a", tuple(Scope), "")
+    second, _ = create_key(keys_file, "team-b", tuple(Scope), "")
+    app = create_app(Settings(storage="memory", data_dir=tmp_path, api_keys_file=keys_file))
+    async with running(app) as client:
+        yield client, first, second

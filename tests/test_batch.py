@@ -7,24 +7,21 @@ one to ``/v1/accounts/...`` must answer the same status and body, and leave the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import make_settings
-from tests.test_api import (
+from tests.support.api import (
     JSON,
     MAX,
     PROBLEM_JSON,
@@ -36,6 +33,8 @@ from tests.test_api import (
     snapshot,
     url,
 )
+from tests.support.app_runner import make_settings, running
+from tests.support.spec_examples import EXAMPLE_1
 
 BATCH = "/v1/batch"
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,15 +154,6 @@ async def account_state(client: httpx.AsyncClient, account_id: str) -> JSON:
 
 async def states(client: httpx.AsyncClient, names: list[str], prefix: str) -> JSON:
     return {n: normalise(await account_state(client, prefix + n), prefix) for n in names}
-
-
-@contextlib.asynccontextmanager
-async def running(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as cl,
-    ):
-        yield cl
 
 
 def random_ops(rng: random.Random, n: int, accounts: list[str], failures: bool) -> list[JSON]:
@@ -672,6 +662,35 @@ async def test_batch_keys_are_independent_of_account_keys(client: httpx.AsyncCli
     assert len((await account_state(client, "a"))["entries"]) == 4
 
 
+async def test_batch_keys_are_scoped_to_the_api_key(
+    keyed: tuple[httpx.AsyncClient, str, str],
+) -> None:
+    """A batch's Idempotency-Key belongs to the API key that sent it: one namespace for
+    every API key would tell one tenant which key names another has used."""
+    client, first, second = keyed
+
+    def post(key: str, account: str) -> dict[str, object]:
+        return {
+            "json": {
+                "operations": [
+                    {"op": "grant", "account_id": account, "amount": 1, "timestamp": 0, "expiry": 9}
+                ]
+            },
+            "headers": {"authorization": f"Bearer {key}", "idempotency-key": "nightly"},
+        }
+
+    a = await client.post("/v1/batch", **post(first, "a"))  # type: ignore[arg-type]
+    assert a.status_code == 200
+    # Another API key may use the same key name with another body: no 422, no oracle.
+    b = await client.post("/v1/batch", **post(second, "b"))  # type: ignore[arg-type]
+    assert b.status_code == 200, b.text
+    assert b.headers.get("idempotent-replayed") is None
+    # Each still replays its own.
+    again = await client.post("/v1/batch", **post(first, "a"))  # type: ignore[arg-type]
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.content == a.content
+
+
 async def test_batch_that_changes_nothing_keeps_no_key(client: httpx.AsyncClient) -> None:
     """Like a failed single request, a batch that changed nothing (only reads, or every
     operation refused) leaves no trace: no stored key (so read-only or failing batches
@@ -869,8 +888,7 @@ async def test_documented_example_is_spec_example_1(client: httpx.AsyncClient) -
     document = json.loads((ROOT / "openapi" / "openapi.json").read_text())
     content = document["paths"][BATCH]["post"]["requestBody"]["content"]["application/json"]
     example = content["examples"]["example1"]["value"]
-    body = batch_ok(await client.post(BATCH, json=example))
-    assert len({op["account_id"] for op in example["operations"]}) == 1
-    balances = [r["body"]["balance"] for r in body["results"] if r["op"] == "balance"]
-    assert balances[0] == 80
-    assert len(example["operations"]) == 8
+    account = example["operations"][0]["account_id"]
+    assert example["operations"] == [s.batch_operation(account) for s in EXAMPLE_1.steps]
+    body = batch_ok(await client.post(BATCH, json=example), len(EXAMPLE_1.steps))
+    assert body["results"] == [s.batch_result(account) for s in EXAMPLE_1.steps]

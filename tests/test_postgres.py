@@ -27,8 +27,9 @@ from asyncpg.connection import Connection
 from app.main import create_app
 from app.settings import Settings
 from app.storage.postgres import MIGRATIONS, PgTransaction, PostgresStore, migrate
-from tests.pg_server import PostgresServer
-from tests.server_process import ServerProcess, console_script, free_port
+from tests.support.app_runner import running
+from tests.support.pg_server import PostgresServer
+from tests.support.server_process import ServerProcess, console_script, free_port
 
 PROBLEM = "tag:gpu-credits,2026:problem:"
 OUTCOME_UNKNOWN = PROBLEM + "outcome-unknown"
@@ -245,10 +246,7 @@ async def pg_app(postgres_url: PostgresServer, tmp_path: Path) -> AsyncIterator[
         pg_max_connections=1,
     )
     app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client,
-    ):
+    async with running(app) as client:
         yield PgApp(client, url)
 
 

@@ -26,9 +26,9 @@ from app.service.ledger import Ledger
 from app.service.limits import Limits
 from app.service.results import BatchOutcome
 from app.storage.memory import MemoryStore
-from tests.conftest import make_settings
-from tests.pg_server import PostgresServer
-from tests.server_process import ServerProcess
+from tests.support.app_runner import make_settings, running
+from tests.support.pg_server import PostgresServer
+from tests.support.server_process import ServerProcess
 from tests.test_security import create_key, run_cli
 
 TEAM_A = "team-a:"
@@ -295,10 +295,7 @@ async def test_a_postgres_process_caches_at_most_max_live_grants(
         update={"max_live_grants": 5}
     )
     app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client,
-    ):
+    async with running(app) as client:
         for i in range(12):
             body = {"amount": 10, "timestamp": 0, "expiry": 100 + i}
             r = await client.post(f"/v1/accounts/c{i}/grants", json=body)

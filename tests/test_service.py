@@ -30,7 +30,7 @@ from app.service.results import BatchOutcome, ConsumptionReceipt, GrantReceipt
 from app.storage.base import Change, StorageError
 from app.storage.memory import MemoryStore
 from app.storage.sqlite import SqliteStore
-from tests.pg_server import PostgresServer
+from tests.support.pg_server import PostgresServer
 
 ADAPTERS = ["memory", "sqlite", "postgres"]
 

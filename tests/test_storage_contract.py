@@ -44,7 +44,7 @@ from app.storage.memory import MemoryStore
 from app.storage.postgres import PostgresStore
 from app.storage.sqlite import SqliteStore
 from tests import storage_dataset as data
-from tests.pg_server import PostgresServer
+from tests.support.pg_server import PostgresServer
 
 S = TypeVar("S", bound=StorageBackend)
 NOW_S = 1_800_000_000.0

@@ -33,8 +33,8 @@ from app.storage.postgres import PostgresStore
 from app.storage.sqlite import MIGRATIONS as SQLITE_MIGRATIONS
 from app.storage.sqlite import SqliteStore
 from tests import storage_dataset as data
-from tests.pg_server import PostgresServer
-from tests.server_process import console_script
+from tests.support.pg_server import PostgresServer
+from tests.support.server_process import console_script
 
 DB_NAME = "gpu-credits.sqlite3"
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tests.server_process import free_port
+from tests.support.server_process import free_port
 
 FALLBACK_BINDIR = Path("/usr/lib/postgresql/15/bin")
 REQUIRED_BINARIES = ("initdb", "postgres", "pg_ctl", "pg_isready", "createdb")
