@@ -13,6 +13,7 @@ from tests.support.api import (
     assert_absent,
     assert_problem,
     balance,
+    before_storage,
     consume,
     error_locs,
     expect,
@@ -93,6 +94,7 @@ _ACCOUNT_ROUTES: list[tuple[str, str, JSON | None]] = [
 ]
 
 
+@before_storage
 async def test_invalid_account_id_is_rejected_and_creates_nothing(
     client: httpx.AsyncClient, subtests: pytest.Subtests
 ) -> None:

@@ -14,6 +14,7 @@ from tests.support.api import (
     assert_absent,
     assert_problem,
     balance,
+    before_storage,
     consume,
     error_locs,
     grant,
@@ -125,6 +126,7 @@ async def test_largest_balance_timestamp_is_accepted(client: httpx.AsyncClient) 
     }
 
 
+@before_storage
 async def test_invalid_balance_timestamp_query_is_422(
     client: httpx.AsyncClient, subtests: pytest.Subtests
 ) -> None:
@@ -140,6 +142,7 @@ async def test_invalid_balance_timestamp_query_is_422(
             await assert_absent(client, "fresh")
 
 
+@before_storage
 @pytest.mark.parametrize(
     ("query", "name"),
     [

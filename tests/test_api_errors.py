@@ -19,6 +19,7 @@ from tests.support.api import (
     all_entries,
     assert_absent,
     assert_problem,
+    before_storage,
     consume,
     error_locs,
     expect,
@@ -117,6 +118,7 @@ async def _assert_rejected_body(
     assert await snapshot(client) == before
 
 
+@before_storage
 @pytest.mark.parametrize(
     ("route", "base", "field_name"),
     [
@@ -136,6 +138,7 @@ async def test_invalid_member_is_422_naming_it_and_changes_nothing(
             await _assert_rejected_body(client, route, body, field_name)
 
 
+@before_storage
 async def test_other_invalid_bodies_are_422_and_change_nothing(
     client: httpx.AsyncClient, subtests: pytest.Subtests
 ) -> None:
@@ -145,6 +148,7 @@ async def test_other_invalid_bodies_are_422_and_change_nothing(
             await _assert_rejected_body(client, route, body, field_name)
 
 
+@before_storage
 async def test_body_that_is_not_an_object_is_rejected(
     client: httpx.AsyncClient, subtests: pytest.Subtests
 ) -> None:
@@ -213,6 +217,7 @@ async def test_debt_overflow_boundary(client: httpx.AsyncClient) -> None:
 # -- 400, 404, 405 ------------------------------------------------------------------------
 
 
+@before_storage
 async def test_malformed_json_is_400(client: httpx.AsyncClient, subtests: pytest.Subtests) -> None:
     headers = {"content-type": "application/json"}
     for route in ("grants", "consumptions"):
@@ -239,6 +244,7 @@ _UNKNOWN_ROUTES = [
 ]
 
 
+@before_storage
 async def test_unknown_route_is_404_problem(
     client: httpx.AsyncClient, subtests: pytest.Subtests
 ) -> None:
@@ -262,6 +268,7 @@ _WRONG_METHODS: list[tuple[str, str]] = [
 ]
 
 
+@before_storage
 async def test_wrong_method_is_405_problem(
     client: httpx.AsyncClient, subtests: pytest.Subtests
 ) -> None:
@@ -275,6 +282,7 @@ async def test_wrong_method_is_405_problem(
             await assert_absent(client, "a")
 
 
+@before_storage
 @pytest.mark.parametrize(
     ("method", "path", "allowed"),
     [

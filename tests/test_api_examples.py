@@ -4,6 +4,8 @@ grants."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import httpx
 import pytest
 
@@ -16,22 +18,15 @@ from tests.support.api import (
     ok,
     url,
 )
-from tests.support.spec_examples import EXAMPLES, Example, Step
-
-
-async def _send(client: httpx.AsyncClient, step: Step) -> httpx.Response:
-    args = step.args
-    if step.op == "grant":
-        return await grant(client, args["amount"], args["timestamp"], args["expiry"])
-    if step.op == "consume":
-        return await consume(client, args["amount"], args["timestamp"])
-    return await balance(client, args["timestamp"])
+from tests.support.spec_examples import EXAMPLES, Example
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
 async def test_spec_example(client: httpx.AsyncClient, example: Example) -> None:
     for step in example.steps:
-        r = await _send(client, step)
+        r = await step.send(
+            partial(grant, client), partial(consume, client), partial(balance, client)
+        )
         assert ok(r, step.status) == step.body(ACCOUNT), step
         if step.op == "grant":
             assert r.headers["location"] == url(ACCOUNT, f"grants/{step.answer['grant_id']}")

@@ -10,6 +10,7 @@ from tests.support.api import (
     ACCOUNT,
     assert_problem,
     balance,
+    before_storage,
     consume,
     error_locs,
     expect,
@@ -83,6 +84,7 @@ async def test_grant_swallowed_by_debt_keeps_nothing(client: httpx.AsyncClient) 
     assert ok(await client.get(url(ACCOUNT, "grants")))["grants"] == []
 
 
+@before_storage
 async def test_invalid_grant_id_is_422(
     client: httpx.AsyncClient, subtests: pytest.Subtests
 ) -> None:

@@ -18,6 +18,7 @@ from tests.support.api import (
     assert_absent,
     assert_problem,
     balance,
+    before_storage,
     consume,
     error_locs,
     grant,
@@ -122,6 +123,7 @@ _INVALID_KEYS: list[tuple[str, bytes]] = [
 ]
 
 
+@before_storage
 async def test_invalid_idempotency_key_is_422(
     client: httpx.AsyncClient, subtests: pytest.Subtests
 ) -> None:

@@ -15,6 +15,7 @@ from tests.support.api import (
     all_entries,
     assert_problem,
     balance,
+    before_storage,
     check_entry_totals,
     consume,
     error_locs,
@@ -129,6 +130,7 @@ async def test_ledger_default_page_size_is_100(client: httpx.AsyncClient) -> Non
     assert len(await paginate(client, 1000)) == 101
 
 
+@before_storage
 async def test_invalid_ledger_query_is_422(
     client: httpx.AsyncClient, subtests: pytest.Subtests
 ) -> None:

@@ -27,6 +27,7 @@ from tests.support.api import (
     PROBLEM_JSON,
     assert_absent,
     assert_problem,
+    before_storage,
     error_locs,
     ok,
     paginate,
@@ -431,6 +432,7 @@ async def test_atomic_flag_false_is_the_default(client: httpx.AsyncClient) -> No
 _VALID = g("a", 1, 0, 5)
 
 
+@before_storage
 @pytest.mark.parametrize(
     ("body", "loc"),
     [

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 
 from tests.support.model import Account
 from tests.support.server_process import ROOT, ServerProcess, free_port
-from tests.support.spec_examples import EXAMPLES, Example, Step
+from tests.support.spec_examples import EXAMPLES, Example
 
 JsonObject = dict[str, Any]
 
@@ -87,20 +88,16 @@ def http() -> Iterator[httpx.Client]:
 # -- SPEC examples -----------------------------------------------------------------------
 
 
-def _send(http: httpx.Client, server: ServerProcess, account: str, step: Step) -> JsonObject:
-    args = step.args
-    if step.op == "grant":
-        return _grant(http, server, account, args["amount"], args["timestamp"], args["expiry"])
-    if step.op == "consume":
-        return _consume(http, server, account, args["amount"], args["timestamp"])
-    return _balance(http, server, account, args["timestamp"])
-
-
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
 def test_spec_example(server: ServerProcess, http: httpx.Client, example: Example) -> None:
     acct = example.name
     for step in example.steps:
-        assert _send(http, server, acct, step) == step.body(acct), step
+        sent = step.send(
+            partial(_grant, http, server, acct),
+            partial(_consume, http, server, acct),
+            partial(_balance, http, server, acct),
+        )
+        assert sent == step.body(acct), step
     # Without a timestamp: answered at the account's latest time, changing nothing.
     assert _balance(http, server, acct) == example.last.body(acct)
     assert _ledger(http, server, acct) == example.ledger()

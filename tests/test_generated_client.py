@@ -10,13 +10,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.server_process import ROOT, ServerProcess
-from tests.support.spec_examples import EXAMPLE_1, EXAMPLES, Example, Step
+from tests.support.spec_examples import EXAMPLE_1, EXAMPLES, Example
 
 PACKAGE = "gpu_credits_client"
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -127,22 +128,17 @@ def _figures(parsed: Any) -> tuple[int, int, int]:
     return parsed.balance, parsed.available, parsed.debt
 
 
-def _send(gen: Generated, client: Any, account: str, step: Step) -> Any:
-    args = step.args
-    if step.op == "grant":
-        return _grant(gen, client, account, args["amount"], args["timestamp"], args["expiry"])
-    if step.op == "consume":
-        return _consume(gen, client, account, args["amount"], args["timestamp"])
-    return _balance(gen, client, account, args["timestamp"])
-
-
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
 def test_spec_example_through_generated_client(
     gen: Generated, client: Any, example: Example
 ) -> None:
     acct = f"gen-{example.name}"
     for step in example.steps:
-        parsed = _send(gen, client, acct, step)
+        parsed = step.send(
+            partial(_grant, gen, client, acct),
+            partial(_consume, gen, client, acct),
+            partial(_balance, gen, client, acct),
+        )
         assert parsed.additional_properties == {}  # the document describes every member
         assert parsed.to_dict() == step.body(acct), step
 

@@ -487,3 +487,31 @@ async def test_an_unexpected_driver_error_is_a_logged_503_never_a_500(
     assert any(
         isinstance(rec.exc_info[1], asyncpg.UndefinedColumnError) for rec in logged if rec.exc_info
     )
+
+
+@pytest.mark.timeout(FAULT_TEST_TIMEOUT_S)
+async def test_a_connection_lost_before_commit_is_unavailable_and_changes_nothing(
+    pg_app: PgApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection dies while the transaction runs, before COMMIT is sent (as when
+    PostgreSQL restarts): there is nothing to roll back on it (the server drops the
+    transaction with the session), the answer is the plain 503, the database is unchanged,
+    and the next request gets another connection. Under load the PostgreSQL restarts of
+    ``test_pg_restarts`` reach this only by chance; here it happens every time."""
+    assert (await _grant(pg_app.client, "dropped", 100)).status_code == 201
+
+    async def dies(self: PgTransaction, account_ids: list[str]) -> None:
+        self._conn.terminate()
+        raise asyncpg.ConnectionDoesNotExistError(
+            "connection was closed in the middle of operation"
+        )
+
+    monkeypatch.setattr(PgTransaction, "lock_accounts", dies)
+    r = await _grant(pg_app.client, "dropped", 10)
+    monkeypatch.undo()
+    assert r.status_code == 503, r.text
+    assert _problem_type(r) == UNAVAILABLE
+    assert await _granted_amounts(pg_app.url, "dropped") == [100]
+    r = await _grant(pg_app.client, "dropped", 1)
+    assert r.status_code == 201, r.text
+    assert (r.json()["sequence"], r.json()["balance"]) == (2, 101)

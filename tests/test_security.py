@@ -200,10 +200,21 @@ class Secured:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     data_dir = tmp_path_factory.mktemp("secured") / "data"
     data_dir.mkdir()
-    admin = create_key(data_dir, "admin", "credits:grant", "credits:consume", "credits:read")
-    granter = create_key(data_dir, "team-a-granter", "credits:grant", prefix="team-a:")
-    consumer = create_key(data_dir, "team-a-scheduler", "credits:consume", prefix="team-a:")
-    reader = create_key(data_dir, "auditor", "credits:read")
+
+    def make(spec: tuple[str, tuple[str, ...], str | None]) -> Key:
+        name, scopes, prefix = spec
+        return create_key(data_dir, name, *scopes, prefix=prefix)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:  # each is a process: let them overlap
+        admin, granter, consumer, reader = pool.map(
+            make,
+            [
+                ("admin", ("credits:grant", "credits:consume", "credits:read"), None),
+                ("team-a-granter", ("credits:grant",), "team-a:"),
+                ("team-a-scheduler", ("credits:consume",), "team-a:"),
+                ("auditor", ("credits:read",), None),
+            ],
+        )
     server = ServerProcess(
         data_dir, env={"GPU_CREDITS_ACCESS_LOG": "true", "GPU_CREDITS_LOG_LEVEL": "debug"}
     )

@@ -7,5 +7,5 @@
   snapshots of an account).
 - ``app_runner``: the one way to run the app in process (lifespan and an httpx client).
 - ``server_process`` and ``pg_server``: real ``gpu-credits serve`` processes and a
-  throwaway PostgreSQL server.
+  throwaway PostgreSQL server; ``pg_pool``: empty databases on it, reused between tests.
 """

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import pytest
 
 JSON = dict[str, Any]
 MAX = 2**53 - 1
@@ -15,6 +16,10 @@ PROBLEM_JSON = "application/problem+json"
 ACCOUNT = "acct-1"
 GOOD_GRANT: JSON = {"amount": 10, "timestamp": 5, "expiry": 10}
 GOOD_CONSUME: JSON = {"amount": 10, "timestamp": 5}
+
+# Requests refused before they reach the ledger (validation of the path, query, headers and
+# body; routing) take the same way whatever the storage: such tests run on memory only.
+before_storage = pytest.mark.backends("memory")
 
 
 def url(account_id: str, tail: str) -> str:

@@ -8,11 +8,13 @@ server, a batch, the generated client) reads it from here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 JSON = dict[str, Any]
 Op = Literal["grant", "consume", "balance"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,20 @@ class Step:
     @property
     def positional(self) -> tuple[int, ...]:
         return tuple(self.args.values())
+
+    def send(
+        self,
+        grant: Callable[[int, int, int], T],
+        consume: Callable[[int, int], T],
+        balance: Callable[[int], T],
+    ) -> T:
+        """Call the one of ``grant(amount, timestamp, expiry)``, ``consume(amount,
+        timestamp)`` and ``balance(timestamp)`` that is this step, with its arguments."""
+        if self.op == "grant":
+            return grant(self.args["amount"], self.args["timestamp"], self.args["expiry"])
+        if self.op == "consume":
+            return consume(self.args["amount"], self.args["timestamp"])
+        return balance(self.args["timestamp"])
 
     def body(self, account_id: str) -> JSON:
         """The HTTP answer's body on ``account_id``."""
