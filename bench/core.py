@@ -63,33 +63,33 @@ class NaiveTracker:
     """Obviously correct and O(n): the baseline the heap design must beat."""
 
     def __init__(self) -> None:
-        self.batches: list[list[int]] = []  # [expiry, seq, remaining]
+        self.live_grants: list[list[int]] = []  # [expiry, seq, remaining]
         self.debt = 0
-        self.seq = 0
+        self.sequence = 0
 
     def grant(self, amount: int, timestamp: int, expiry: int) -> None:
-        self.batches = [b for b in self.batches if b[0] > timestamp]
+        self.live_grants = [b for b in self.live_grants if b[0] > timestamp]
         settled = min(amount, self.debt)
         self.debt -= settled
         if amount > settled:
-            self.seq += 1
-            self.batches.append([expiry, self.seq, amount - settled])
+            self.sequence += 1
+            self.live_grants.append([expiry, self.sequence, amount - settled])
 
     def consume(self, amount: int, timestamp: int) -> int:
-        self.batches = [b for b in self.batches if b[0] > timestamp]
-        while amount and self.batches:
-            first = min(self.batches)
+        self.live_grants = [b for b in self.live_grants if b[0] > timestamp]
+        while amount and self.live_grants:
+            first = min(self.live_grants)
             take = min(first[2], amount)
             first[2] -= take
             amount -= take
             if first[2] == 0:
-                self.batches.remove(first)
+                self.live_grants.remove(first)
         self.debt += amount
         return self.debt
 
     def get_balance(self, timestamp: int) -> int:
-        self.batches = [b for b in self.batches if b[0] > timestamp]
-        return sum(b[2] for b in self.batches) - self.debt
+        self.live_grants = [b for b in self.live_grants if b[0] > timestamp]
+        return sum(b[2] for b in self.live_grants) - self.debt
 
 
 def run_tracker(factory: Callable[[], object], calls: list[Call]) -> float:
@@ -111,12 +111,12 @@ def run_tracker(factory: Callable[[], object], calls: list[Call]) -> float:
 def run_bare_heapq(calls: list[Call]) -> float:
     heap: list[tuple[int, int, int]] = []
     push, pop = heapq.heappush, heapq.heappop
-    seq = 0
+    sequence = 0
     start = time.perf_counter()
     for c in calls:
         if c.kind == "grant":
-            seq += 1
-            push(heap, (c.expiry, seq, c.amount))
+            sequence += 1
+            push(heap, (c.expiry, sequence, c.amount))
         elif c.kind == "consume":
             if heap:
                 pop(heap)

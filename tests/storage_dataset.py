@@ -16,7 +16,7 @@ them as that release wrote them):
 
 from __future__ import annotations
 
-from app.domain import Batch, Draw, TrackerState
+from app.domain import Allocation, LiveGrant, TrackerState
 from app.storage.base import (
     AccountRow,
     Change,
@@ -49,9 +49,9 @@ def _consumption(
     amount: int,
     consumed: int,
     debt_added: int,
-    *draws: tuple[int, int, int],
+    *parts: tuple[int, int, int],
 ) -> ConsumptionEntry:
-    allocation = tuple(Draw(g, e, a) for g, e, a in draws)
+    allocation = tuple(Allocation(g, e, a) for g, e, a in parts)
     return ConsumptionEntry(*head, amount, consumed, debt_added, allocation)
 
 
@@ -75,9 +75,9 @@ ENTRIES: dict[str, list[Entry]] = {
 }
 
 STATES: dict[str, LoadedAccount] = {
-    "acme": LoadedAccount(TrackerState(15, 0, 4, (Batch(3, 40, 15),)), 6),
-    "bat": LoadedAccount(TrackerState(3, 0, 2, (Batch(1, 6, 3),)), 3),
-    "team-b:1": LoadedAccount(TrackerState(9, 0, 3, (Batch(2, 20, 9),)), 4),
+    "acme": LoadedAccount(TrackerState(15, 0, 4, (LiveGrant(3, 40, 15),)), 6),
+    "bat": LoadedAccount(TrackerState(3, 0, 2, (LiveGrant(1, 6, 3),)), 3),
+    "team-b:1": LoadedAccount(TrackerState(9, 0, 3, (LiveGrant(2, 20, 9),)), 4),
 }
 
 # (account, timestamp) -> (available, debt) after the last entry at or before it.
@@ -147,12 +147,12 @@ def record(key: str, created_at_s: float) -> IdempotencyRecord:
 def groups(created_at_s: float) -> list[list[Change]]:
     """The changes the service submitted for those requests, grouped as a group commit
     could have: several changes of one account, and of several accounts, in one group."""
-    acme, team, bat = ({e.seq: e for e in ENTRIES[a]} for a in ("acme", "team-b:1", "bat"))
+    acme, team, bat = ({e.sequence: e for e in ENTRIES[a]} for a in ("acme", "team-b:1", "bat"))
 
     def change(
         row: AccountRow,
         entries: list[Entry],
-        upserted: list[Batch] | None = None,
+        upserted: list[LiveGrant] | None = None,
         removed: list[int] | None = None,
         key: str | None = None,
     ) -> Change:
@@ -166,21 +166,23 @@ def groups(created_at_s: float) -> list[list[Change]]:
 
     return [
         [
-            change(AccountRow("acme", 0, 0, 2, 2), [acme[1]], [Batch(1, 10, 100)], key="g-1"),
-            change(AccountRow("acme", 1, 0, 3, 3), [acme[2]], [Batch(2, 30, 50)]),
+            change(AccountRow("acme", 0, 0, 2, 2), [acme[1]], [LiveGrant(1, 10, 100)], key="g-1"),
+            change(AccountRow("acme", 1, 0, 3, 3), [acme[2]], [LiveGrant(2, 30, 50)]),
         ],
-        [change(AccountRow("acme", 5, 0, 3, 4), [acme[3]], [Batch(2, 30, 30)], [1], "c-1")],
+        [change(AccountRow("acme", 5, 0, 3, 4), [acme[3]], [LiveGrant(2, 30, 30)], [1], "c-1")],
         [
-            change(AccountRow("team-b:1", 3, 0, 2, 2), [team[1]], [Batch(1, 8, 7)]),
+            change(AccountRow("team-b:1", 3, 0, 2, 2), [team[1]], [LiveGrant(1, 8, 7)]),
             change(AccountRow("acme", 12, 10, 3, 5), [acme[4]], [], [2]),
         ],
         [
-            change(AccountRow("team-b:1", 9, 0, 3, 4), [team[2], team[3]], [Batch(2, 20, 9)], [1]),
-            change(AccountRow("acme", 15, 0, 4, 6), [acme[5]], [Batch(3, 40, 15)], key="g-2"),
+            change(
+                AccountRow("team-b:1", 9, 0, 3, 4), [team[2], team[3]], [LiveGrant(2, 20, 9)], [1]
+            ),
+            change(AccountRow("acme", 15, 0, 4, 6), [acme[5]], [LiveGrant(3, 40, 15)], key="g-2"),
         ],
         [
-            change(AccountRow("bat", 2, 0, 2, 2), [bat[1]], [Batch(1, 6, 5)]),
-            change(AccountRow("bat", 3, 0, 2, 3), [bat[2]], [Batch(1, 6, 3)], key="b-1"),
+            change(AccountRow("bat", 2, 0, 2, 2), [bat[1]], [LiveGrant(1, 6, 5)]),
+            change(AccountRow("bat", 3, 0, 2, 3), [bat[2]], [LiveGrant(1, 6, 3)], key="b-1"),
         ],
     ]
 

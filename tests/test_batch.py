@@ -817,10 +817,10 @@ async def test_concurrent_overlapping_batches(client: httpx.AsyncClient) -> None
         assert body["failed"] == 0
         per_account: dict[str, list[int]] = {}
         for op, result in zip(ops, body["results"], strict=True):
-            seq = result["body"]["sequence"]
-            assert seq not in applied[op["account_id"]]
-            applied[op["account_id"]][seq] = (op, result["body"])
-            per_account.setdefault(op["account_id"], []).append(seq)
+            sequence = result["body"]["sequence"]
+            assert sequence not in applied[op["account_id"]]
+            applied[op["account_id"]][sequence] = (op, result["body"])
+            per_account.setdefault(op["account_id"], []).append(sequence)
         for seqs in per_account.values():
             # Applied in order, and no other request interleaves within one batch.
             assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs

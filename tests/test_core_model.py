@@ -17,12 +17,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from app.domain import (
     MAX_VALUE,
-    Batch,
-    Draw,
+    Allocation,
     Expiration,
     GPUCreditTracker,
     InvalidInput,
     LedgerError,
+    LiveGrant,
     TimestampRegression,
     TotalOverflow,
 )
@@ -32,11 +32,11 @@ T = TypeVar("T")
 
 
 def _expired(expirations: tuple[Expiration, ...]) -> list[tuple[int, int, int]]:
-    return sorted((e.grant_seq, e.expiry, e.amount) for e in expirations)
+    return sorted((e.grant_id, e.expiry, e.amount) for e in expirations)
 
 
-def _draws(draws: tuple[Draw, ...]) -> list[tuple[int, int, int]]:
-    return [(d.grant_seq, d.expiry, d.amount) for d in draws]
+def _draws(allocation: tuple[Allocation, ...]) -> list[tuple[int, int, int]]:
+    return [(d.grant_id, d.expiry, d.amount) for d in allocation]
 
 
 def _allocation(answer: JSON) -> list[tuple[int, int, int]]:
@@ -132,7 +132,7 @@ class TrackerMachine(RuleBasedStateMachine):
         )
         if outcome is not None:
             got, want = outcome
-            assert got.grant_seq == want["grant_id"]
+            assert got.grant_id == want["grant_id"]
             assert got.settled_debt == want["settled_debt"]
             assert got.retained == want["retained"]
             assert got.available == want["available"]
@@ -162,7 +162,7 @@ class TrackerMachine(RuleBasedStateMachine):
             assert got.debt_added == want["debt_added"]
             assert got.available == want["available"]
             assert got.debt == want["debt"]
-            assert _draws(got.draws) == _allocation(want)
+            assert _draws(got.allocation) == _allocation(want)
             assert _expired(got.expired) == sorted(self.model.expired)
 
     @rule(data=st.data(), detailed=st.booleans())
@@ -212,16 +212,16 @@ class TrackerMachine(RuleBasedStateMachine):
     def same_state(self) -> None:
         self.tracker.check_invariants()
         want = [
-            Batch(grant_seq=grant_id, expiry=expiry, remaining=remaining)
+            LiveGrant(grant_id=grant_id, expiry=expiry, remaining=remaining)
             for expiry, grant_id, remaining in self.model.in_consumption_order()
         ]
-        assert self.tracker.batches() == want
-        assert self.tracker.first_batch() == (want[0] if want else None)
-        assert self.tracker.live_batch_count == len(want)
+        assert self.tracker.live_grants() == want
+        assert self.tracker.first_live_grant() == (want[0] if want else None)
+        assert self.tracker.live_grant_count == len(want)
         assert self.tracker.clock == self.model.clock
         assert self.tracker.debt == self.model.debt
         assert self.tracker.available == self.model.available
-        assert self.tracker.next_grant_seq == self.model.next_grant_id
+        assert self.tracker.next_grant_id == self.model.next_grant_id
         # SPEC: whenever debt > 0, the active credits are 0.
         assert self.model.debt == 0 or self.model.available == 0
 

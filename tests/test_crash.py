@@ -297,12 +297,14 @@ def check_acknowledged(account: Account, ledger: list[Json]) -> None:
         if op.state != "acked" or op.kind == "read":
             continue
         assert op.response is not None
-        seq = op.response["sequence"]
-        assert seq <= len(ledger), f"acknowledged {op.describe()} (seq {seq}) is lost"
-        entry = ledger[seq - 1]
-        assert entry["kind"] == op.entry_kind, (op.describe(), seq, entry)
-        assert entry["timestamp"] == op.timestamp, (op.describe(), seq, entry)
-        assert entry["amount"] == op.amount, (op.describe(), seq, entry)
+        sequence = op.response["sequence"]
+        assert sequence <= len(ledger), (
+            f"acknowledged {op.describe()} (sequence {sequence}) is lost"
+        )
+        entry = ledger[sequence - 1]
+        assert entry["kind"] == op.entry_kind, (op.describe(), sequence, entry)
+        assert entry["timestamp"] == op.timestamp, (op.describe(), sequence, entry)
+        assert entry["amount"] == op.amount, (op.describe(), sequence, entry)
 
 
 def check_ledger(account: Account, ledger: list[Json], resolved: Resolved | None) -> None:

@@ -149,8 +149,8 @@ class Call:
     def sequence(self) -> int:
         assert self.acked_write
         assert self.body is not None
-        seq: int = self.body["sequence"]
-        return seq
+        sequence: int = self.body["sequence"]
+        return sequence
 
     def describe(self) -> str:
         args = {"amount": self.amount, "timestamp": self.timestamp, "expiry": self.expiry}

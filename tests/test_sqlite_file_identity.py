@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.domain import Batch
+from app.domain import LiveGrant
 from app.storage.base import AccountRow, Change, StorageError
 from app.storage.memory import MemoryStore
 from app.storage.sqlite import SqliteStore
@@ -292,8 +292,8 @@ def test_the_first_write_after_the_directory_is_replaced_is_refused(
 
 
 def one_change(account_id: str = "a") -> list[Change]:
-    row = AccountRow(account_id, clock=0, debt=0, next_grant_seq=2, next_entry_seq=1)
-    return [Change(row, upserted_batches=[Batch(1, 10, 1)])]
+    row = AccountRow(account_id, clock=0, debt=0, next_grant_id=2, next_sequence=1)
+    return [Change(row, upserted_live_grants=[LiveGrant(1, 10, 1)])]
 
 
 async def test_a_healthy_store_reports_no_problem(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from typing import ClassVar, Generic, TypeVar
 import asyncpg
 import pytest
 
-from app.domain import Batch
+from app.domain import LiveGrant
 from app.storage import rows
 from app.storage.base import (
     AccountRow,
@@ -69,16 +69,24 @@ def _broken_changes() -> dict[str, list[Change]]:
         "entries-end-before-next-seq": [fine, acme((0, 0, 2, 5), [e1])],
         "entry-after-the-clock": [fine, acme((0, 0, 3, 3), [e1, e2])],
         "grant-not-made": [fine, acme((0, 0, 1, 2), [e1])],
-        "empty-batch": [fine, acme((0, 0, 2, 2), [e1], upserted_batches=[Batch(1, 10, 0)])],
-        "expired-batch": [fine, acme((0, 0, 2, 2), [e1], upserted_batches=[Batch(1, 0, 5)])],
+        "empty-batch": [fine, acme((0, 0, 2, 2), [e1], upserted_live_grants=[LiveGrant(1, 10, 0)])],
+        "expired-batch": [
+            fine,
+            acme((0, 0, 2, 2), [e1], upserted_live_grants=[LiveGrant(1, 0, 5)]),
+        ],
         "batch-kept-and-removed": [
             fine,
-            acme((0, 0, 2, 2), [e1], upserted_batches=[Batch(1, 10, 5)], removed_grant_seqs=[1]),
+            acme(
+                (0, 0, 2, 2),
+                [e1],
+                upserted_live_grants=[LiveGrant(1, 10, 5)],
+                removed_grant_ids=[1],
+            ),
         ],
         "batch-kept-after-removal": [
             fine,
-            acme((0, 0, 2, 2), [e1], removed_grant_seqs=[1]),
-            acme((0, 0, 2, 2), [], upserted_batches=[Batch(1, 10, 5)]),
+            acme((0, 0, 2, 2), [e1], removed_grant_ids=[1]),
+            acme((0, 0, 2, 2), [], upserted_live_grants=[LiveGrant(1, 10, 5)]),
         ],
         "key-without-body": [fine, acme((0, 0, 2, 2), [e1], idempotency=keyless)],
     }
@@ -183,7 +191,7 @@ class StorageContract(Generic[S]):
         assert await store.read_entries("acme", 0, 10) == data.ENTRIES["acme"][:2]
         state = await store.read_account_state("acme")
         assert state is not None
-        assert state.next_entry_seq == 3
+        assert state.next_sequence == 3
         await self.assert_refuses_writes_after_a_failure(store)
 
     @pytest.mark.parametrize("broken", sorted(BROKEN))
@@ -268,8 +276,8 @@ class EmbeddedContract(StorageContract[EmbeddedJournal]):
 
 def _in_grant_order(account: LoadedAccount) -> LoadedAccount:
     state = account.tracker_state
-    batches = tuple(sorted(state.batches, key=lambda b: b.grant_seq))
-    return LoadedAccount(replace(state, batches=batches), account.next_entry_seq)
+    live_grants = tuple(sorted(state.live_grants, key=lambda b: b.grant_id))
+    return LoadedAccount(replace(state, live_grants=live_grants), account.next_sequence)
 
 
 class TestMemoryStore(EmbeddedContract):

@@ -253,8 +253,8 @@ async def test_a_sqlite_file_of_the_previous_release_opens_and_keeps_every_row(
     loaded = await store.open(now - 3600)
     try:
         await data.assert_holds(store, now)
-        assert {a: s.next_entry_seq for a, s in loaded.accounts.items()} == {
-            a: s.next_entry_seq for a, s in data.STATES.items()
+        assert {a: s.next_sequence for a, s in loaded.accounts.items()} == {
+            a: s.next_sequence for a, s in data.STATES.items()
         }
         assert len(loaded.idempotency) == len(data.KEYS)
         assert await store.migration_status() == MigrationStatus(applied=(1, 2), known=(1, 2))
@@ -363,7 +363,7 @@ async def assert_answers_as_before(client: httpx.AsyncClient) -> None:
         ledger = (await client.get(f"/v1/accounts/{account_id}/ledger")).json()["entries"]
         expected = data.ENTRIES[account_id]
         assert [(e["sequence"], e["kind"], e["timestamp"]) for e in ledger] == [
-            (e.seq, e.kind, e.timestamp) for e in expected
+            (e.sequence, e.kind, e.timestamp) for e in expected
         ]
         assert [(e["available"], e["debt"]) for e in ledger] == [
             (e.available, e.debt) for e in expected

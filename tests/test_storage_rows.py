@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from app.domain import Batch
+from app.domain import LiveGrant
 from app.storage import rows
 from app.storage.base import AccountRow, Change
 from tests import storage_dataset as data
@@ -64,11 +64,11 @@ def test_encode_writes_idempotency_records_by_scope() -> None:
 
 def test_a_change_without_entries_only_moves_its_row() -> None:
     """A change may carry no entries (only state): its entry seq must not move."""
-    row = AccountRow("a", clock=0, debt=0, next_grant_seq=2, next_entry_seq=1)
-    encoded = rows.encode([Change(row, upserted_batches=[Batch(1, 10, 1)])])
+    row = AccountRow("a", clock=0, debt=0, next_grant_id=2, next_sequence=1)
+    encoded = rows.encode([Change(row, upserted_live_grants=[LiveGrant(1, 10, 1)])])
     assert encoded.entries == []
     assert encoded.batch_upserts == [("a", 1, 10, 1)]
-    moved = AccountRow("a", clock=0, debt=0, next_grant_seq=2, next_entry_seq=2)
+    moved = AccountRow("a", clock=0, debt=0, next_grant_id=2, next_sequence=2)
     with pytest.raises(AssertionError, match="where the previous change's ended"):
         rows.check_changes([Change(row), Change(moved)])
 

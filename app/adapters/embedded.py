@@ -91,12 +91,12 @@ class EmbeddedPort:
         for account_id, account in loaded.accounts.items():
             tracker = GPUCreditTracker.from_state(
                 account.tracker_state,
-                max_live_batches=self._limits.max_live_grants_per_account,
+                max_live_grants=self._limits.max_live_grants_per_account,
             )
-            state = AccountState(account_id, tracker, account.next_entry_seq)
+            state = AccountState(account_id, tracker, account.next_sequence)
             self._slots[account_id] = _Slot(state, counted=True)
             self._accounts += 1
-            self._live_grants += tracker.live_batch_count
+            self._live_grants += tracker.live_grant_count
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         for record in loaded.idempotency:
@@ -136,7 +136,7 @@ class EmbeddedPort:
             for account_id, slot in self._slots.items():
                 if slot.counted and account_id.startswith(prefix):
                     usage.accounts += 1
-                    usage.live_grants += slot.state.tracker.live_batch_count
+                    usage.live_grants += slot.state.tracker.live_grant_count
             for scope, _ in self._keys:
                 owner = api_key_of_scope(scope)
                 if (
@@ -185,7 +185,7 @@ class EmbeddedPort:
         new account then shares one lock."""
         slot = self._slots.get(account_id)
         if slot is None:
-            tracker = GPUCreditTracker(max_live_batches=self._limits.max_live_grants_per_account)
+            tracker = GPUCreditTracker(max_live_grants=self._limits.max_live_grants_per_account)
             slot = self._slots[account_id] = _Slot(AccountState(account_id, tracker, 1))
         slot.users += 1
         return slot
@@ -335,7 +335,9 @@ class EmbeddedPort:
         async with slot.lock:
             tracker = slot.state.tracker
             view = journal.view(account_id, tracker)
-            grants = [LiveGrantView(b.grant_seq, b.expiry, b.remaining) for b in tracker.batches()]
+            grants = [
+                LiveGrantView(b.grant_id, b.expiry, b.remaining) for b in tracker.live_grants()
+            ]
             fut = slot.durable
         await self._await_durable(fut)
         return view, grants
@@ -345,8 +347,8 @@ class EmbeddedPort:
         async with slot.lock:
             fut = slot.durable
             remaining = 0
-            for batch in slot.state.tracker.batches():
-                if batch.grant_seq == grant_id:
+            for batch in slot.state.tracker.live_grants():
+                if batch.grant_id == grant_id:
                     remaining = batch.remaining
         await self._await_durable(fut)
         entry = await self._store.read_grant_entry(account_id, grant_id)

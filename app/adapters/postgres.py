@@ -172,7 +172,7 @@ class PostgresPort:
                 self._release(account_id, slot)
 
     def _fresh(self, account_id: str) -> AccountState:
-        tracker = GPUCreditTracker(max_live_batches=self._limits.max_live_grants_per_account)
+        tracker = GPUCreditTracker(max_live_grants=self._limits.max_live_grants_per_account)
         return AccountState(account_id, tracker, 1)
 
     def _slot(self, account_id: str) -> _Slot:
@@ -191,7 +191,7 @@ class PostgresPort:
             del self._slots[account_id]
             self._cached_live_total -= self._cached_live.pop(account_id, 0)
             return
-        live = slot.state.tracker.live_batch_count
+        live = slot.state.tracker.live_grant_count
         self._cached_live_total += live - self._cached_live.get(account_id, 0)
         self._cached_live[account_id] = live
         # Most recently used last: dicts keep insertion order, so the oldest come first.
@@ -217,15 +217,15 @@ class PostgresPort:
         stale = [a for a, row in rows.items() if self._versions.get(a) != row.version]
         if not stale:
             return
-        live = await tx.load_batches(stale)
+        live = await tx.load_live_grants(stale)
         for account_id in stale:
             row = rows[account_id]
             tracker = GPUCreditTracker.from_state(
-                TrackerState(row.clock, row.debt, row.next_grant_seq, tuple(live[account_id])),
-                max_live_batches=self._limits.max_live_grants_per_account,
+                TrackerState(row.clock, row.debt, row.next_grant_id, tuple(live[account_id])),
+                max_live_grants=self._limits.max_live_grants_per_account,
             )
             assert tracker.available == row.available, "state row and live grants disagree"
-            self._slots[account_id].state = AccountState(account_id, tracker, row.next_entry_seq)
+            self._slots[account_id].state = AccountState(account_id, tracker, row.next_sequence)
             self._versions[account_id] = row.version
 
     # -- reads: one committed snapshot each, no lock -----------------------------------------
@@ -242,10 +242,10 @@ class PostgresPort:
         return journal.totals_view(account_id, timestamp, found[1])
 
     async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrantView]]:
-        state, live = await self._read(self._pg.read_live_batches(account_id))
+        state, live = await self._read(self._pg.read_live_grants(account_id))
         if state is None:
             raise AccountNotFound(account_id)
-        return _view_of(state), [LiveGrantView(b.grant_seq, b.expiry, b.remaining) for b in live]
+        return _view_of(state), [LiveGrantView(b.grant_id, b.expiry, b.remaining) for b in live]
 
     async def grant_view(self, account_id: str, grant_id: int) -> GrantView:
         _, grants = await self.live_grants(account_id)  # 404 for an unknown account

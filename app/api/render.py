@@ -101,7 +101,7 @@ def entry(e: Entry) -> dict[str, Any]:
     """A ledger entry as listLedgerEntries shows it: its position, kind and time, the totals
     after it, then what the kind says (the ``LedgerEntry`` schema)."""
     body: dict[str, Any] = {
-        "sequence": e.seq,
+        "sequence": e.sequence,
         "kind": e.kind,
         "timestamp": e.timestamp,
         "balance": e.available - e.debt,
@@ -122,7 +122,7 @@ def entry(e: Entry) -> dict[str, Any]:
             consumed=e.consumed,
             debt_added=e.debt_added,
             allocation=[
-                {"grant_id": d.grant_seq, "expiry": d.expiry, "amount": d.amount}
+                {"grant_id": d.grant_id, "expiry": d.expiry, "amount": d.amount}
                 for d in e.allocation
             ],
         )

@@ -220,7 +220,7 @@ async def list_ledger_entries(
     return {
         "account_id": account_id,
         "entries": [render.entry(e) for e in page],
-        "next_after": page[-1].seq if more else None,
+        "next_after": page[-1].sequence if more else None,
     }
 
 

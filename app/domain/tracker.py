@@ -31,7 +31,7 @@ _heappop = heapq.heappop
 # 2^53-1: the largest integer every JSON client (JavaScript included) represents exactly.
 MAX_VALUE: Final = 2**53 - 1
 # Live batches per tracker unless the caller sets another limit: bounds memory per account.
-DEFAULT_MAX_LIVE_BATCHES: Final = 1_000_000
+DEFAULT_MAX_LIVE_GRANTS: Final = 1_000_000
 
 
 class LedgerError(ValueError):
@@ -59,7 +59,7 @@ class TimestampRegression(LedgerError):
         self.account_timestamp = account_timestamp
 
 
-class LiveBatchLimit(LedgerError):
+class LiveGrantLimit(LedgerError):
     """A grant that would keep more live batches than the tracker's limit."""
 
     def __init__(self, limit: int) -> None:
@@ -94,32 +94,32 @@ class TotalOverflow(LedgerError):
 class Expiration:
     """Credits of one grant that expired unused when the account's clock reached its expiry."""
 
-    grant_seq: int
+    grant_id: int
     expiry: int
     amount: int
 
 
 @dataclass(frozen=True, slots=True)
-class Draw:
+class Allocation:
     """How much one consumption took from one grant's batch."""
 
-    grant_seq: int
+    grant_id: int
     expiry: int
     amount: int
 
 
 @dataclass(frozen=True, slots=True)
-class Batch:
+class LiveGrant:
     """A live batch as seen from outside: the rest of one grant, with its expiry."""
 
-    grant_seq: int
+    grant_id: int
     expiry: int
     remaining: int
 
 
 @dataclass(frozen=True, slots=True)
 class GrantResult:
-    grant_seq: int
+    grant_id: int
     settled_debt: int
     retained: int
     available: int
@@ -133,7 +133,7 @@ class ConsumeResult:
     debt_added: int
     available: int
     debt: int
-    draws: tuple[Draw, ...]
+    allocation: tuple[Allocation, ...]
     expired: tuple[Expiration, ...]
 
 
@@ -150,8 +150,8 @@ class TrackerState:
 
     clock: int
     debt: int
-    next_grant_seq: int
-    batches: tuple[Batch, ...]
+    next_grant_id: int
+    live_grants: tuple[LiveGrant, ...]
 
 
 _NO_EXPIRATIONS: Final[tuple[Expiration, ...]] = ()
@@ -169,7 +169,7 @@ def _invalid(field: str, value: object, low: int) -> InvalidInput:
 def _expirations(popped: _Popped) -> tuple[Expiration, ...]:
     if not popped:
         return _NO_EXPIRATIONS
-    return tuple(Expiration(grant_seq=b[1], expiry=b[0], amount=b[2]) for b in popped)
+    return tuple(Expiration(grant_id=b[1], expiry=b[0], amount=b[2]) for b in popped)
 
 
 def _check_int(field: str, value: object, low: int, high: int) -> int:
@@ -184,16 +184,16 @@ def _check_int(field: str, value: object, low: int, high: int) -> int:
 class GPUCreditTracker:
     """One account's credits. See the module docstring for the design."""
 
-    __slots__ = ("_available", "_clock", "_debt", "_heap", "_max_live_batches", "_next_grant_seq")
+    __slots__ = ("_available", "_clock", "_debt", "_heap", "_max_live_batches", "_next_grant_id")
 
-    def __init__(self, *, max_live_batches: int = DEFAULT_MAX_LIVE_BATCHES) -> None:
-        assert max_live_batches >= 1
-        self._max_live_batches = max_live_batches
+    def __init__(self, *, max_live_grants: int = DEFAULT_MAX_LIVE_GRANTS) -> None:
+        assert max_live_grants >= 1
+        self._max_live_batches = max_live_grants
         self._heap: list[list[int]] = []  # [expiry, grant_seq, remaining]
         self._available = 0  # sum of remaining over _heap
         self._debt = 0
         self._clock = 0  # latest timestamp seen; timestamps start at 0
-        self._next_grant_seq = 1
+        self._next_grant_id = 1
 
     # -- the interface of SPEC section 2 -------------------------------------------------
     # These three are the hot path: they share the lean ``_grant``/``_consume``/``_advance``
@@ -227,19 +227,19 @@ class GPUCreditTracker:
         return self._debt
 
     @property
-    def next_grant_seq(self) -> int:
-        return self._next_grant_seq
+    def next_grant_id(self) -> int:
+        return self._next_grant_id
 
     @property
-    def live_batch_count(self) -> int:
+    def live_grant_count(self) -> int:
         return len(self._heap)
 
-    def first_batch(self) -> Batch | None:
+    def first_live_grant(self) -> LiveGrant | None:
         """The batch the next consumption draws from first (a partly drawn one stays here)."""
         if not self._heap:
             return None
-        expiry, grant_seq, remaining = self._heap[0]
-        return Batch(grant_seq=grant_seq, expiry=expiry, remaining=remaining)
+        expiry, grant_id, remaining = self._heap[0]
+        return LiveGrant(grant_id=grant_id, expiry=expiry, remaining=remaining)
 
     def apply_grant(
         self, amount: int, timestamp: int, expiry: int, live_room: int | None = None
@@ -247,9 +247,9 @@ class GPUCreditTracker:
         """``live_room``: how many more live batches than this tracker holds now the caller
         allows (its own limits across accounts); the batches this grant expires free room.
         A grant that would keep a batch without room raises ``NoLiveRoom``."""
-        grant_seq, settled, popped = self._grant(amount, timestamp, expiry, live_room)
+        grant_id, settled, popped = self._grant(amount, timestamp, expiry, live_room)
         return GrantResult(
-            grant_seq,
+            grant_id,
             settled,
             amount - settled,
             self._available,
@@ -258,10 +258,15 @@ class GPUCreditTracker:
         )
 
     def apply_consume(self, amount: int, timestamp: int) -> ConsumeResult:
-        draws: list[Draw] = []
-        consumed, debt_added, popped = self._consume(amount, timestamp, draws)
+        allocation: list[Allocation] = []
+        consumed, debt_added, popped = self._consume(amount, timestamp, allocation)
         return ConsumeResult(
-            consumed, debt_added, self._available, self._debt, tuple(draws), _expirations(popped)
+            consumed,
+            debt_added,
+            self._available,
+            self._debt,
+            tuple(allocation),
+            _expirations(popped),
         )
 
     def apply_balance(self, timestamp: int) -> BalanceResult:
@@ -293,45 +298,45 @@ class GPUCreditTracker:
         assert 0 <= expiring <= self._available
         return self._available - expiring
 
-    def batches(self) -> list[Batch]:
+    def live_grants(self) -> list[LiveGrant]:
         """Live batches in the order they will be consumed (earliest expiry, then grant)."""
-        return [Batch(grant_seq=b[1], expiry=b[0], remaining=b[2]) for b in sorted(self._heap)]
+        return [LiveGrant(grant_id=b[1], expiry=b[0], remaining=b[2]) for b in sorted(self._heap)]
 
     def copy(self) -> GPUCreditTracker:
         """An independent copy (O(n)): what a caller restores to undo a series of calls."""
-        twin = GPUCreditTracker(max_live_batches=self._max_live_batches)
+        twin = GPUCreditTracker(max_live_grants=self._max_live_batches)
         twin._heap = [batch[:] for batch in self._heap]  # batches are mutable: copy each
         twin._available = self._available
         twin._debt = self._debt
         twin._clock = self._clock
-        twin._next_grant_seq = self._next_grant_seq
+        twin._next_grant_id = self._next_grant_id
         return twin
 
     # -- persistence ---------------------------------------------------------------------
 
     def state(self) -> TrackerState:
-        return TrackerState(self._clock, self._debt, self._next_grant_seq, tuple(self.batches()))
+        return TrackerState(self._clock, self._debt, self._next_grant_id, tuple(self.live_grants()))
 
     @classmethod
     def from_state(
-        cls, state: TrackerState, *, max_live_batches: int = DEFAULT_MAX_LIVE_BATCHES
+        cls, state: TrackerState, *, max_live_grants: int = DEFAULT_MAX_LIVE_GRANTS
     ) -> GPUCreditTracker:
         """Rebuild a tracker from ``state``, refusing any state the rules could not produce.
         A state holding more batches than ``max_live_batches`` (a limit lowered since) is
         kept whole; only new batches are refused until it is back under the limit."""
-        tracker = cls(max_live_batches=max_live_batches)
+        tracker = cls(max_live_grants=max_live_grants)
         _check_int("clock", state.clock, 0, MAX_VALUE)
         _check_int("debt", state.debt, 0, MAX_VALUE)
-        _check_int("next_grant_seq", state.next_grant_seq, 1, MAX_VALUE)
+        _check_int("next_grant_seq", state.next_grant_id, 1, MAX_VALUE)
         seen: set[int] = set()
-        for batch in state.batches:
+        for batch in state.live_grants:
             _check_int("remaining", batch.remaining, 1, MAX_VALUE)
             _check_int("expiry", batch.expiry, state.clock + 1, MAX_VALUE)
-            _check_int("grant_seq", batch.grant_seq, 1, state.next_grant_seq - 1)
-            if batch.grant_seq in seen:
-                raise InvalidInput("grant_seq", f"duplicate batch {batch.grant_seq}")
-            seen.add(batch.grant_seq)
-            tracker._heap.append([batch.expiry, batch.grant_seq, batch.remaining])
+            _check_int("grant_seq", batch.grant_id, 1, state.next_grant_id - 1)
+            if batch.grant_id in seen:
+                raise InvalidInput("grant_seq", f"duplicate batch {batch.grant_id}")
+            seen.add(batch.grant_id)
+            tracker._heap.append([batch.expiry, batch.grant_id, batch.remaining])
             tracker._available += batch.remaining
         heapq.heapify(tracker._heap)
         _check_int("available", tracker._available, 0, MAX_VALUE)
@@ -339,7 +344,7 @@ class GPUCreditTracker:
             raise InvalidInput("debt", "debt and live credits cannot coexist")
         tracker._clock = state.clock
         tracker._debt = state.debt
-        tracker._next_grant_seq = state.next_grant_seq
+        tracker._next_grant_id = state.next_grant_id
         return tracker
 
     def check_invariants(self) -> None:
@@ -379,24 +384,24 @@ class GPUCreditTracker:
             raise TotalOverflow("available credits", self._available + retained)
         if retained and len(heap) >= self._max_live_batches:
             self._unpop(popped)
-            raise LiveBatchLimit(self._max_live_batches)
+            raise LiveGrantLimit(self._max_live_batches)
         if retained and live_room is not None and live_room + len(popped) < 1:
             self._unpop(popped)
             raise NoLiveRoom()
 
-        grant_seq = self._next_grant_seq
-        self._next_grant_seq = grant_seq + 1
+        grant_id = self._next_grant_id
+        self._next_grant_id = grant_id + 1
         self._clock = timestamp
         if settled:
             self._debt = debt - settled
         if retained:
-            _heappush(heap, [expiry, grant_seq, retained])
+            _heappush(heap, [expiry, grant_id, retained])
             self._available += retained
         assert self._debt == 0 or self._available == 0, "debt and credits coexist"
-        return grant_seq, settled, popped
+        return grant_id, settled, popped
 
     def _consume(
-        self, amount: int, timestamp: int, draws: list[Draw] | None
+        self, amount: int, timestamp: int, allocation: list[Allocation] | None
     ) -> tuple[int, int, _Popped]:
         """Validate, then apply; return (consumed, debt_added, expired batches)."""
         if type(amount) is not int or not 0 < amount <= MAX_VALUE:
@@ -423,12 +428,12 @@ class GPUCreditTracker:
             if batch[2] <= to_take:
                 _heappop(heap)
                 to_take -= batch[2]
-                if draws is not None:
-                    draws.append(Draw(batch[1], batch[0], batch[2]))
+                if allocation is not None:
+                    allocation.append(Allocation(batch[1], batch[0], batch[2]))
             else:
                 batch[2] -= to_take  # the heap key (expiry, grant_seq) is unchanged
-                if draws is not None:
-                    draws.append(Draw(batch[1], batch[0], to_take))
+                if allocation is not None:
+                    allocation.append(Allocation(batch[1], batch[0], to_take))
                 to_take = 0
         self._clock = timestamp
         self._available = available - consumed

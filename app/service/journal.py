@@ -13,10 +13,9 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.domain import Batch, ConsumeResult, Expiration, GPUCreditTracker
+from app.domain import ConsumeResult, Expiration, GPUCreditTracker, LiveGrant
 from app.service.errors import GrantNotFound
 from app.service.results import (
-    Allocation,
     BalanceView,
     ConsumptionReceipt,
     GrantReceipt,
@@ -71,7 +70,7 @@ def grant(
             timestamp,
             result.available,
             result.debt,
-            grant_id=result.grant_seq,
+            grant_id=result.grant_id,
             amount=amount,
             expiry=expiry,
             settled_debt=result.settled_debt,
@@ -79,12 +78,12 @@ def grant(
         )
     )
     change = _change(account, entries)
-    change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
+    change.removed_grant_ids.extend(e.grant_id for e in result.expired)
     if result.retained:
-        change.upserted_batches.append(Batch(result.grant_seq, expiry, result.retained))
+        change.upserted_live_grants.append(LiveGrant(result.grant_id, expiry, result.retained))
     receipt = GrantReceipt(
         account_id=account.account_id,
-        grant_id=result.grant_seq,
+        grant_id=result.grant_id,
         sequence=sequence,
         timestamp=timestamp,
         amount=amount,
@@ -107,7 +106,7 @@ def consume(
     result = tracker.apply_consume(amount, timestamp)
     entries = _expiration_entries(account, result.expired, *before)
     sequence = _next_sequence(account)
-    allocation = [Allocation(d.grant_seq, d.expiry, d.amount) for d in result.draws]
+    allocation = list(result.allocation)
     entries.append(
         ConsumptionEntry(
             sequence,
@@ -117,11 +116,11 @@ def consume(
             amount=amount,
             consumed=result.consumed,
             debt_added=result.debt_added,
-            allocation=result.draws,
+            allocation=result.allocation,
         )
     )
     change = _change(account, entries)
-    change.removed_grant_seqs.extend(e.grant_seq for e in result.expired)
+    change.removed_grant_ids.extend(e.grant_id for e in result.expired)
     _record_draws(change, tracker, result)
     receipt = ConsumptionReceipt(
         account_id=account.account_id,
@@ -190,7 +189,7 @@ def grant_view_of(account_id: str, grant_id: int, entry: Entry | None, remaining
     return GrantView(
         account_id=account_id,
         grant_id=grant_id,
-        sequence=entry.seq,
+        sequence=entry.sequence,
         timestamp=entry.timestamp,
         amount=entry.amount,
         expiry=entry.expiry,
@@ -222,7 +221,7 @@ def _expiration_entries(
                 timestamp=e.expiry,
                 available=available,
                 debt=debt_before,
-                grant_id=e.grant_seq,
+                grant_id=e.grant_id,
                 expiry=e.expiry,
                 amount=e.amount,
             )
@@ -232,18 +231,18 @@ def _expiration_entries(
 
 def _change(account: AccountState, entries: list[Entry]) -> Change:
     t = account.tracker
-    row = AccountRow(account.account_id, t.clock, t.debt, t.next_grant_seq, account.next_sequence)
+    row = AccountRow(account.account_id, t.clock, t.debt, t.next_grant_id, account.next_sequence)
     return Change(account=row, entries=entries)
 
 
 def _record_draws(change: Change, tracker: GPUCreditTracker, result: ConsumeResult) -> None:
-    if not result.draws:
+    if not result.allocation:
         return
     # Every grant drawn from is used up, except possibly the last one, which a partial draw
     # leaves first in the consumption order with its key unchanged.
-    first = tracker.first_batch()
-    for draw in result.draws:
-        if first is not None and draw.grant_seq == first.grant_seq:
-            change.upserted_batches.append(first)
+    first = tracker.first_live_grant()
+    for draw in result.allocation:
+        if first is not None and draw.grant_id == first.grant_id:
+            change.upserted_live_grants.append(first)
         else:
-            change.removed_grant_seqs.append(draw.grant_seq)
+            change.removed_grant_ids.append(draw.grant_id)

@@ -233,7 +233,7 @@ class Ledger:
                 if atomic:
                     for saved_id, (tracker, next_sequence) in saved.items():
                         current = accounts[saved_id]
-                        undone = tracker.live_batch_count - current.tracker.live_batch_count
+                        undone = tracker.live_grant_count - current.tracker.live_grant_count
                         uow.count_live(saved_id, undone)
                         current.tracker = tracker
                         current.next_sequence = next_sequence
@@ -248,24 +248,24 @@ class Ledger:
         uow: UnitOfWork, account: AccountState, amount: int, timestamp: int, expiry: int
     ) -> tuple[Change, GrantReceipt]:
         account_id = account.account_id
-        live_before = account.tracker.live_batch_count
+        live_before = account.tracker.live_grant_count
         try:
             change, receipt = journal.grant(
                 account, amount, timestamp, expiry, uow.live_room(account_id)
             )
         except NoLiveRoom:
             raise uow.live_quota_error(account_id) from None
-        uow.count_live(account_id, account.tracker.live_batch_count - live_before)
+        uow.count_live(account_id, account.tracker.live_grant_count - live_before)
         return change, receipt
 
     @staticmethod
     def _consume(
         uow: UnitOfWork, account: AccountState, amount: int, timestamp: int
     ) -> tuple[Change, ConsumptionReceipt]:
-        live_before = account.tracker.live_batch_count
+        live_before = account.tracker.live_grant_count
         change, receipt = journal.consume(account, amount, timestamp)
-        if account.tracker.live_batch_count != live_before:
-            uow.count_live(account.account_id, account.tracker.live_batch_count - live_before)
+        if account.tracker.live_grant_count != live_before:
+            uow.count_live(account.account_id, account.tracker.live_grant_count - live_before)
         return change, receipt
 
     def _key_record(

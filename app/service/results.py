@@ -10,16 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.domain import Allocation
 from app.service.commands import Operation
-
-
-@dataclass(slots=True)
-class Allocation:
-    """How much one consumption took from one grant."""
-
-    grant_id: int
-    expiry: int
-    amount: int
 
 
 @dataclass(slots=True)
@@ -48,7 +40,7 @@ class ConsumptionReceipt:
     debt: int
     consumed: int
     debt_added: int
-    allocation: list[Allocation]
+    allocation: list[Allocation]  # the core's own records, in the order drawn
 
 
 @dataclass(slots=True)

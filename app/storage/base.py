@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 # twice as much. Nothing mutates them after construction.
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
-from app.domain import Batch, Draw, TrackerState
+from app.domain import Allocation, LiveGrant, TrackerState
 
 # Ledger entries: one typed record per kind, from the service to the API (no untyped
 # details cross a layer; ``app.storage.rows`` alone turns the kind-specific members into the
@@ -43,7 +43,7 @@ from app.domain import Batch, Draw, TrackerState
 
 @dataclass(slots=True)
 class GrantEntry:
-    seq: int  # 1-based position in the account's ledger
+    sequence: int  # 1-based position in the account's ledger
     timestamp: int
     available: int
     debt: int
@@ -57,14 +57,14 @@ class GrantEntry:
 
 @dataclass(slots=True)
 class ConsumptionEntry:
-    seq: int
+    sequence: int
     timestamp: int
     available: int
     debt: int
     amount: int
     consumed: int
     debt_added: int
-    allocation: tuple[Draw, ...]  # which grants gave how much, in the order drawn
+    allocation: tuple[Allocation, ...]  # which grants gave how much, in the order drawn
     kind: ClassVar[Literal["consumption"]] = "consumption"
 
 
@@ -72,7 +72,7 @@ class ConsumptionEntry:
 class ExpirationEntry:
     """A grant's unused rest, recorded when a write moves the clock to its expiry."""
 
-    seq: int
+    sequence: int
     timestamp: int  # the grant's expiry
     available: int
     debt: int
@@ -104,15 +104,15 @@ class AccountRow:
     account_id: str
     clock: int
     debt: int
-    next_grant_seq: int
-    next_entry_seq: int
+    next_grant_id: int
+    next_sequence: int
 
 
 @dataclass(slots=True)
 class Change:
     account: AccountRow
-    upserted_batches: list[Batch] = field(default_factory=list)
-    removed_grant_seqs: list[int] = field(default_factory=list)
+    upserted_live_grants: list[LiveGrant] = field(default_factory=list)
+    removed_grant_ids: list[int] = field(default_factory=list)
     entries: list[Entry] = field(default_factory=list)
     idempotency: IdempotencyRecord | None = None
 
@@ -122,7 +122,7 @@ class LoadedAccount:
     """An account as stored: enough to rebuild its tracker exactly."""
 
     tracker_state: TrackerState
-    next_entry_seq: int
+    next_sequence: int
 
 
 @dataclass(slots=True)
@@ -144,8 +144,8 @@ class AccountState:
     clock: int
     debt: int
     available: int  # sum of the live batches: a balance read needs no batch rows
-    next_grant_seq: int
-    next_entry_seq: int
+    next_grant_id: int
+    next_sequence: int
     version: int  # bumped by every committed write: tells caches they are stale
 
 
@@ -215,7 +215,7 @@ class StorageBackend(Protocol):
         """Up to ``limit`` committed entries of the account with seq > ``after_seq``."""
         ...
 
-    async def read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
+    async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         """The committed grant entry of ``grant_seq``, if any."""
         ...
 
@@ -290,7 +290,7 @@ class Transaction(Protocol):
 
     async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]: ...
 
-    async def load_batches(self, account_ids: Sequence[str]) -> dict[str, list[Batch]]: ...
+    async def load_live_grants(self, account_ids: Sequence[str]) -> dict[str, list[LiveGrant]]: ...
 
     async def lock_key(self, scope: str, key: str) -> IdempotencyRecord | None:
         """Serialise requests with this key, then read its record."""
@@ -319,6 +319,8 @@ class TransactionalStore(StorageBackend, Protocol):
         """The account and its (available, debt) at ``timestamp``, changing nothing."""
         ...
 
-    async def read_live_batches(self, account_id: str) -> tuple[AccountState | None, list[Batch]]:
+    async def read_live_grants(
+        self, account_id: str
+    ) -> tuple[AccountState | None, list[LiveGrant]]:
         """The account and its live batches in consumption order, from one snapshot."""
         ...

@@ -15,7 +15,7 @@ import bisect
 import logging
 from collections.abc import Sequence
 
-from app.domain import Batch, TrackerState
+from app.domain import LiveGrant, TrackerState
 from app.storage import rows
 from app.storage.base import (
     AccountRow,
@@ -44,7 +44,7 @@ class MemoryStore:
         self._entries: dict[str, list[Entry]] = {}
         self._grant_entries: dict[tuple[str, int], Entry] = {}
         self._accounts: dict[str, AccountRow] = {}
-        self._batches: dict[str, dict[int, Batch]] = {}
+        self._batches: dict[str, dict[int, LiveGrant]] = {}
         # Dropped by the ledger's hourly prune: at most the keys of the retention period
         # and one sweep interval.
         self._keys: dict[tuple[str, str], IdempotencyRecord] = {}
@@ -90,11 +90,11 @@ class MemoryStore:
             account_id = change.account.account_id
             if change.entries:
                 expected = next_seq.get(account_id, len(self._entries.get(account_id, ())) + 1)
-                if change.entries[0].seq != expected:
+                if change.entries[0].sequence != expected:
                     raise StorageError(
-                        f"{account_id}: entry {change.entries[0].seq} is not entry {expected}"
+                        f"{account_id}: entry {change.entries[0].sequence} is not entry {expected}"
                     )
-                next_seq[account_id] = change.entries[-1].seq + 1
+                next_seq[account_id] = change.entries[-1].sequence + 1
 
     def _apply(self, change: Change) -> None:
         account_id = change.account.account_id
@@ -104,11 +104,11 @@ class MemoryStore:
             entries.append(entry)
             if isinstance(entry, GrantEntry):
                 self._grant_entries[(account_id, entry.grant_id)] = entry
-        batches = self._batches.setdefault(account_id, {})
-        for batch in change.upserted_batches:
-            batches[batch.grant_seq] = batch
-        for grant_seq in change.removed_grant_seqs:
-            batches.pop(grant_seq, None)
+        live_grants = self._batches.setdefault(account_id, {})
+        for batch in change.upserted_live_grants:
+            live_grants[batch.grant_id] = batch
+        for grant_id in change.removed_grant_ids:
+            live_grants.pop(grant_id, None)
         record = change.idempotency
         if record is not None:
             self._keys[(record.scope, record.key)] = record
@@ -129,8 +129,8 @@ class MemoryStore:
         # seq is 1-based and contiguous, so entry seq s sits at index s - 1.
         return self._entries.get(account_id, [])[after_seq : after_seq + limit]
 
-    async def read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
-        return self._grant_entries.get((account_id, grant_seq))
+    async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
+        return self._grant_entries.get((account_id, grant_id))
 
     async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
         entries = self._entries.get(account_id, [])
@@ -143,9 +143,9 @@ class MemoryStore:
         row = self._accounts.get(account_id)
         if row is None:
             return None
-        batches = tuple(b for _, b in sorted(self._batches.get(account_id, {}).items()))
-        state = TrackerState(row.clock, row.debt, row.next_grant_seq, batches)
-        return LoadedAccount(state, row.next_entry_seq)
+        live_grants = tuple(b for _, b in sorted(self._batches.get(account_id, {}).items()))
+        state = TrackerState(row.clock, row.debt, row.next_grant_id, live_grants)
+        return LoadedAccount(state, row.next_sequence)
 
     async def read_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
         return self._keys.get((scope, key))

@@ -31,7 +31,7 @@ from typing import Any, Final, TypeAlias
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from app.domain import Batch, TrackerState
+from app.domain import LiveGrant, TrackerState
 from app.storage import migrations, rows
 from app.storage.base import AccountState as AccountState  # where app.adapters.postgres finds it
 from app.storage.base import (
@@ -253,15 +253,17 @@ class PgTransaction:
         row = await self._conn.fetchrow(_TOTALS_AT, account_id, timestamp)
         return (0, 0) if row is None else (row["available"], row["debt"])
 
-    async def load_batches(self, account_ids: Sequence[str]) -> dict[str, list[Batch]]:
+    async def load_live_grants(self, account_ids: Sequence[str]) -> dict[str, list[LiveGrant]]:
         rows = await self._conn.fetch(
             "SELECT account_id, grant_seq, expiry, remaining FROM batches "
             "WHERE account_id = ANY($1::text[])",
             list(account_ids),
         )
-        out: dict[str, list[Batch]] = {a: [] for a in account_ids}
+        out: dict[str, list[LiveGrant]] = {a: [] for a in account_ids}
         for row in rows:
-            out[row["account_id"]].append(Batch(row["grant_seq"], row["expiry"], row["remaining"]))
+            out[row["account_id"]].append(
+                LiveGrant(row["grant_seq"], row["expiry"], row["remaining"])
+            )
         return out
 
     async def lock_key(self, scope: str, key: str) -> IdempotencyRecord | None:
@@ -298,8 +300,8 @@ class PgTransaction:
                         a.clock,
                         a.debt,
                         available[a.account_id],
-                        a.next_grant_seq,
-                        a.next_entry_seq,
+                        a.next_grant_id,
+                        a.next_sequence,
                         new_versions[a.account_id],
                     )
                     for a in group.accounts.values()
@@ -450,7 +452,9 @@ class PostgresStore:
             totals = await conn.fetchrow(_TOTALS_AT, account_id, timestamp)
         return state, (0, 0) if totals is None else (totals["available"], totals["debt"])
 
-    async def read_live_batches(self, account_id: str) -> tuple[AccountState | None, list[Batch]]:
+    async def read_live_grants(
+        self, account_id: str
+    ) -> tuple[AccountState | None, list[LiveGrant]]:
         """The account and its live batches in consumption order, from one snapshot."""
         async with (
             self._connection() as conn,
@@ -466,7 +470,7 @@ class PostgresStore:
                 "ORDER BY expiry, grant_seq",
                 account_id,
             )
-        return _state(row), [Batch(r["grant_seq"], r["expiry"], r["remaining"]) for r in rows]
+        return _state(row), [LiveGrant(r["grant_seq"], r["expiry"], r["remaining"]) for r in rows]
 
     async def read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
         async with self._connection() as conn:
@@ -479,13 +483,13 @@ class PostgresStore:
             )
         return [_entry(r) for r in rows]
 
-    async def read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
+    async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         async with self._connection() as conn:
             row = await conn.fetchrow(
                 f"SELECT {_ENTRY_COLUMNS} FROM entries "
                 "WHERE account_id = $1 AND grant_seq = $2 AND kind = 'grant'",
                 account_id,
-                grant_seq,
+                grant_id,
             )
         return None if row is None else _entry(row)
 
@@ -495,12 +499,12 @@ class PostgresStore:
         return (0, 0) if row is None else (row["available"], row["debt"])
 
     async def read_account_state(self, account_id: str) -> LoadedAccount | None:
-        state, batches = await self.read_live_batches(account_id)
+        state, live_grants = await self.read_live_grants(account_id)
         if state is None:
             return None
-        in_grant_order = tuple(sorted(batches, key=lambda b: b.grant_seq))
-        tracker_state = TrackerState(state.clock, state.debt, state.next_grant_seq, in_grant_order)
-        return LoadedAccount(tracker_state, state.next_entry_seq)
+        in_grant_order = tuple(sorted(live_grants, key=lambda b: b.grant_id))
+        tracker_state = TrackerState(state.clock, state.debt, state.next_grant_id, in_grant_order)
+        return LoadedAccount(tracker_state, state.next_sequence)
 
     async def read_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
         async with self._connection() as conn:

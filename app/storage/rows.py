@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from app.domain import Draw
+from app.domain import Allocation
 from app.storage.base import (
     AccountRow,
     Change,
@@ -96,7 +96,7 @@ class Rows:
 
     def account_values(self) -> list[tuple[str, int, int, int, int]]:
         return [
-            (a.account_id, a.clock, a.debt, a.next_grant_seq, a.next_entry_seq)
+            (a.account_id, a.clock, a.debt, a.next_grant_id, a.next_sequence)
             for a in self.accounts.values()
         ]
 
@@ -115,7 +115,7 @@ def encode(changes: Sequence[Change]) -> Rows:
             rows.entries.append(
                 (
                     account_id,
-                    e.seq,
+                    e.sequence,
                     e.kind,
                     e.timestamp,
                     e.available,
@@ -124,11 +124,11 @@ def encode(changes: Sequence[Change]) -> Rows:
                     dumps(_details(e), separators=(",", ":")),
                 )
             )
-        for b in change.upserted_batches:
-            upserts[(account_id, b.grant_seq)] = (account_id, b.grant_seq, b.expiry, b.remaining)
-        for grant_seq in change.removed_grant_seqs:
-            upserts.pop((account_id, grant_seq), None)
-            rows.batch_deletes.append((account_id, grant_seq))
+        for b in change.upserted_live_grants:
+            upserts[(account_id, b.grant_id)] = (account_id, b.grant_id, b.expiry, b.remaining)
+        for grant_id in change.removed_grant_ids:
+            upserts.pop((account_id, grant_id), None)
+            rows.batch_deletes.append((account_id, grant_id))
         r = change.idempotency
         if r is not None:
             assert r.body is not None  # checked; for the type checker
@@ -160,23 +160,23 @@ def check_changes(changes: Sequence[Change]) -> None:
         assert account_id, "a change names its account"
         assert a.clock >= 0, f"{account_id}: clock {a.clock} < 0"
         assert a.debt >= 0, f"{account_id}: debt {a.debt} < 0"
-        assert a.next_grant_seq >= 1, f"{account_id}: grant seqs start at 1"
-        assert a.next_entry_seq >= 1, f"{account_id}: entry seqs start at 1"
+        assert a.next_grant_id >= 1, f"{account_id}: grant seqs start at 1"
+        assert a.next_sequence >= 1, f"{account_id}: entry sequences start at 1"
         before = newest.get(account_id)
         if before is not None:
             assert a.clock >= before.clock, f"{account_id}: the clock went back"
-            assert a.next_grant_seq >= before.next_grant_seq, f"{account_id}: grant seq went back"
-            assert a.next_entry_seq == before.next_entry_seq + len(change.entries), (
+            assert a.next_grant_id >= before.next_grant_id, f"{account_id}: grant seq went back"
+            assert a.next_sequence == before.next_sequence + len(change.entries), (
                 f"{account_id}: entries do not go on where the previous change's ended"
             )
         newest[account_id] = a
         _check_entries(change, last_timestamp)
         upserted = _check_batches(change, removed)
-        for grant_seq in change.removed_grant_seqs:
-            key = (account_id, grant_seq)
-            assert 1 <= grant_seq < a.next_grant_seq, f"{account_id}: no grant {grant_seq}"
-            assert grant_seq not in upserted, f"{account_id}: batch {grant_seq} kept and removed"
-            assert key not in removed, f"{account_id}: batch {grant_seq} removed twice"
+        for grant_id in change.removed_grant_ids:
+            key = (account_id, grant_id)
+            assert 1 <= grant_id < a.next_grant_id, f"{account_id}: no grant {grant_id}"
+            assert grant_id not in upserted, f"{account_id}: batch {grant_id} kept and removed"
+            assert key not in removed, f"{account_id}: batch {grant_id} removed twice"
             removed.add(key)
         r = change.idempotency
         if r is not None:
@@ -192,24 +192,24 @@ def _check_entries(change: Change, last_timestamp: dict[str, int]) -> None:
     if not entries:
         return
     account_id = a.account_id
-    first = entries[0].seq
-    assert first >= 1, f"{account_id}: entry seqs start at 1"
-    assert entries[-1].seq == a.next_entry_seq - 1, (
-        f"{account_id}: entries end at {entries[-1].seq}, next_entry_seq is {a.next_entry_seq}"
+    first = entries[0].sequence
+    assert first >= 1, f"{account_id}: entry sequences start at 1"
+    assert entries[-1].sequence == a.next_sequence - 1, (
+        f"{account_id}: entries end at {entries[-1].sequence}, next_sequence is {a.next_sequence}"
     )
     previous = last_timestamp.get(account_id, 0)
     for i, e in enumerate(entries):
-        assert e.seq == first + i, f"{account_id}: entry {e.seq} is not contiguous"
+        assert e.sequence == first + i, f"{account_id}: entry {e.sequence} is not contiguous"
         assert e.kind in ENTRY_KINDS, f"{account_id}: unknown entry kind {e.kind!r}"
         # read_totals_at searches by timestamp: it must not decrease along the ledger.
         assert previous <= e.timestamp <= a.clock, (
-            f"{account_id}: entry {e.seq} at {e.timestamp} is out of order (clock {a.clock})"
+            f"{account_id}: entry {e.sequence} at {e.timestamp} is out of order (clock {a.clock})"
         )
-        assert e.available >= 0, f"{account_id}: entry {e.seq} available < 0"
-        assert e.debt >= 0, f"{account_id}: entry {e.seq} debt < 0"
+        assert e.available >= 0, f"{account_id}: entry {e.sequence} available < 0"
+        assert e.debt >= 0, f"{account_id}: entry {e.sequence} debt < 0"
         if isinstance(e, GrantEntry):
-            assert 1 <= e.grant_id < a.next_grant_seq, (
-                f"{account_id}: grant entry {e.seq} names grant {e.grant_id}"
+            assert 1 <= e.grant_id < a.next_grant_id, (
+                f"{account_id}: grant entry {e.sequence} names grant {e.grant_id}"
             )
         previous = e.timestamp
     last_timestamp[account_id] = previous
@@ -219,15 +219,15 @@ def _check_batches(change: Change, removed: set[tuple[str, int]]) -> set[int]:
     a = change.account
     account_id = a.account_id
     upserted: set[int] = set()
-    for b in change.upserted_batches:
-        assert 1 <= b.grant_seq < a.next_grant_seq, f"{account_id}: no grant {b.grant_seq}"
-        assert b.remaining > 0, f"{account_id}: batch {b.grant_seq} has nothing left"
-        assert b.expiry > a.clock, f"{account_id}: batch {b.grant_seq} expired at {b.expiry}"
-        assert b.grant_seq not in upserted, f"{account_id}: batch {b.grant_seq} upserted twice"
-        assert (account_id, b.grant_seq) not in removed, (
-            f"{account_id}: batch {b.grant_seq} upserted after it was removed"
+    for b in change.upserted_live_grants:
+        assert 1 <= b.grant_id < a.next_grant_id, f"{account_id}: no grant {b.grant_id}"
+        assert b.remaining > 0, f"{account_id}: batch {b.grant_id} has nothing left"
+        assert b.expiry > a.clock, f"{account_id}: batch {b.grant_id} expired at {b.expiry}"
+        assert b.grant_id not in upserted, f"{account_id}: batch {b.grant_id} upserted twice"
+        assert (account_id, b.grant_id) not in removed, (
+            f"{account_id}: batch {b.grant_id} upserted after it was removed"
         )
-        upserted.add(b.grant_seq)
+        upserted.add(b.grant_id)
     return upserted
 
 
@@ -247,19 +247,21 @@ def _details(e: Entry) -> dict[str, Any]:
             "consumed": e.consumed,
             "debt_added": e.debt_added,
             "allocation": [
-                {"grant_id": d.grant_seq, "expiry": d.expiry, "amount": d.amount}
+                {"grant_id": d.grant_id, "expiry": d.expiry, "amount": d.amount}
                 for d in e.allocation
             ],
         }
     return {"grant_id": e.grant_id, "expiry": e.expiry, "amount": e.amount}
 
 
-def entry_of(seq: int, kind: str, timestamp: int, available: int, debt: int, details: str) -> Entry:
+def entry_of(
+    sequence: int, kind: str, timestamp: int, available: int, debt: int, details: str
+) -> Entry:
     """An entry from its row (``ENTRY_COLUMNS`` without account_id and grant_seq)."""
     d = json.loads(details)
     if kind == "grant":
         return GrantEntry(
-            seq,
+            sequence,
             timestamp,
             available,
             debt,
@@ -270,12 +272,23 @@ def entry_of(seq: int, kind: str, timestamp: int, available: int, debt: int, det
             d["retained"],
         )
     if kind == "consumption":
-        allocation = tuple(Draw(a["grant_id"], a["expiry"], a["amount"]) for a in d["allocation"])
+        allocation = tuple(
+            Allocation(a["grant_id"], a["expiry"], a["amount"]) for a in d["allocation"]
+        )
         return ConsumptionEntry(
-            seq, timestamp, available, debt, d["amount"], d["consumed"], d["debt_added"], allocation
+            sequence,
+            timestamp,
+            available,
+            debt,
+            d["amount"],
+            d["consumed"],
+            d["debt_added"],
+            allocation,
         )
     assert kind == "expiration", f"unknown entry kind {kind!r}"
-    return ExpirationEntry(seq, timestamp, available, debt, d["grant_id"], d["expiry"], d["amount"])
+    return ExpirationEntry(
+        sequence, timestamp, available, debt, d["grant_id"], d["expiry"], d["amount"]
+    )
 
 
 def columns(names: Sequence[str]) -> str:

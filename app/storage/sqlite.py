@@ -49,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
-from app.domain import Batch, TrackerState
+from app.domain import LiveGrant, TrackerState
 from app.storage import migrations, rows
 from app.storage.base import (
     Change,
@@ -285,20 +285,20 @@ class SqliteStore:
             raise StorageError(problem)
 
         state = LoadedState()
-        batches: dict[str, list[Batch]] = {}
-        for account_id, grant_seq, expiry, remaining in conn.execute(
+        live_grants: dict[str, list[LiveGrant]] = {}
+        for account_id, grant_id, expiry, remaining in conn.execute(
             "SELECT account_id, grant_seq, expiry, remaining FROM batches"
         ):
-            batches.setdefault(account_id, []).append(Batch(grant_seq, expiry, remaining))
-        for account_id, clock, debt, next_grant_seq, next_entry_seq in conn.execute(
+            live_grants.setdefault(account_id, []).append(LiveGrant(grant_id, expiry, remaining))
+        for account_id, clock, debt, next_grant_id, next_sequence in conn.execute(
             "SELECT account_id, clock, debt, next_grant_seq, next_entry_seq FROM accounts"
         ):
             tracker_state = TrackerState(
-                clock, debt, next_grant_seq, tuple(batches.pop(account_id, ()))
+                clock, debt, next_grant_id, tuple(live_grants.pop(account_id, ()))
             )
-            state.accounts[account_id] = LoadedAccount(tracker_state, next_entry_seq)
-        if batches:
-            raise StorageError(f"batches without an account row: {sorted(batches)[:5]}")
+            state.accounts[account_id] = LoadedAccount(tracker_state, next_sequence)
+        if live_grants:
+            raise StorageError(f"batches without an account row: {sorted(live_grants)[:5]}")
         # Bodies stay on disk (read back on a replay): startup time and memory then grow
         # with the number of keys, not with the size of their answers.
         for row in conn.execute(
@@ -567,19 +567,19 @@ class SqliteStore:
         ).fetchall()
         return [_entry_from_row(r) for r in found]
 
-    async def read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
+    async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._reader, self._read_grant_entry, account_id, grant_seq
+            self._reader, self._read_grant_entry, account_id, grant_id
         )
 
-    def _read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
+    def _read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         conn = self._read_conn
         assert conn is not None, "store is not open"
         row = conn.execute(
             f"SELECT {_ENTRY_FIELDS} FROM entries "
             "WHERE account_id = ? AND grant_seq = ? AND kind = 'grant'",
-            (account_id, grant_seq),
+            (account_id, grant_id),
         ).fetchone()
         return None if row is None else _entry_from_row(row)
 
@@ -653,9 +653,9 @@ class SqliteStore:
                 "WHERE account_id = ?",
                 (account_id,),
             ).fetchone()
-            batches = tuple(
-                Batch(grant_seq, expiry, remaining)
-                for grant_seq, expiry, remaining in conn.execute(
+            live_grants = tuple(
+                LiveGrant(grant_id, expiry, remaining)
+                for grant_id, expiry, remaining in conn.execute(
                     "SELECT grant_seq, expiry, remaining FROM batches WHERE account_id = ? "
                     "ORDER BY grant_seq",
                     (account_id,),
@@ -665,8 +665,8 @@ class SqliteStore:
             conn.execute("COMMIT")
         if row is None:
             return None
-        clock, debt, next_grant_seq, next_entry_seq = row
-        return LoadedAccount(TrackerState(clock, debt, next_grant_seq, batches), next_entry_seq)
+        clock, debt, next_grant_id, next_sequence = row
+        return LoadedAccount(TrackerState(clock, debt, next_grant_id, live_grants), next_sequence)
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         loop = asyncio.get_running_loop()

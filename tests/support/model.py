@@ -48,7 +48,7 @@ class Account:
     clock: int = 0
     debt: int = 0
     next_grant_id: int = 1
-    batches: list[list[int]] = field(default_factory=list)  # [expiry, grant_id, remaining]
+    held: list[list[int]] = field(default_factory=list)  # [expiry, grant_id, remaining]
     entries: list[JSON] = field(default_factory=list)  # the ledger, as GET .../ledger lists it
     # (grant_id, expiry, amount) of the batches the latest accepted call expired
     expired: list[tuple[int, int, int]] = field(default_factory=list)
@@ -60,16 +60,16 @@ class Account:
 
     @property
     def available(self) -> int:
-        return sum(b[2] for b in self.batches)
+        return sum(b[2] for b in self.held)
 
     def in_consumption_order(self) -> list[list[int]]:
-        return sorted(self.batches, key=lambda b: (b[0], b[1]))
+        return sorted(self.held, key=lambda b: (b[0], b[1]))
 
     def copy(self) -> Account:
         """An independent copy (recorded entries never change, so they are shared)."""
         return replace(
             self,
-            batches=[list(b) for b in self.batches],
+            held=[list(b) for b in self.held],
             entries=list(self.entries),
             expired=list(self.expired),
         )
@@ -91,7 +91,7 @@ class Account:
         self.next_grant_id += 1
         self.debt -= settled
         if retained:
-            self.batches.append([expiry, grant_id, retained])
+            self.held.append([expiry, grant_id, retained])
         return self._write(
             "grant",
             timestamp,
@@ -120,7 +120,7 @@ class Account:
             batch[2] -= take
             left -= take
             allocation.append({"grant_id": batch[1], "expiry": batch[0], "amount": take})
-        self.batches = [b for b in self.batches if b[2] > 0]
+        self.held = [b for b in self.held if b[2] > 0]
         self.debt += debt_added
         return self._write(
             "consumption",
@@ -168,15 +168,15 @@ class Account:
             raise Rejected("regression")
 
     def _live_at(self, timestamp: int) -> int:
-        return sum(b[2] for b in self.batches if b[0] > timestamp)
+        return sum(b[2] for b in self.held if b[0] > timestamp)
 
     def _expires_by(self, timestamp: int) -> bool:
-        return any(b[0] <= timestamp for b in self.batches)
+        return any(b[0] <= timestamp for b in self.held)
 
     def _move_clock(self, timestamp: int) -> None:
         self.expired = []
-        for expiry, grant_id, remaining in sorted(b for b in self.batches if b[0] <= timestamp):
-            self.batches.remove([expiry, grant_id, remaining])
+        for expiry, grant_id, remaining in sorted(b for b in self.held if b[0] <= timestamp):
+            self.held.remove([expiry, grant_id, remaining])
             self._record("expiration", expiry, grant_id=grant_id, expiry=expiry, amount=remaining)
             self.expired.append((grant_id, expiry, remaining))
         self.clock = timestamp
