@@ -112,7 +112,7 @@ def db_facts(path: Path) -> dict[str, int]:
     try:
         facts = {
             table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            for table in ("accounts", "batches", "entries", "idempotency")
+            for table in ("accounts", "live_grants", "entries", "idempotency")
         }
         for kind, count in conn.execute("SELECT kind, count(*) FROM entries GROUP BY kind"):
             facts[kind] = count
@@ -150,7 +150,7 @@ def expected_views(path: Path, sample: list[str]) -> dict[str, tuple[int, int, i
                 "SELECT clock, debt FROM accounts WHERE account_id = ?", (aid,)
             ).fetchone()
             (available,) = conn.execute(
-                "SELECT coalesce(sum(remaining), 0) FROM batches WHERE account_id = ?", (aid,)
+                "SELECT coalesce(sum(remaining), 0) FROM live_grants WHERE account_id = ?", (aid,)
             ).fetchone()
             out[aid] = (clock, debt, available)
         return out
@@ -214,7 +214,7 @@ def main() -> int:
             f"entries with {facts.get('expiration', 0):,} expirations)"
         )
         print(f"accounts:             {facts['accounts']:,}")
-        print(f"live batches:         {facts['batches']:,}")
+        print(f"live grants:          {facts['live_grants']:,}")
         print(f"idempotency keys:     {facts['idempotency']:,}")
         print(f"database size:        {facts['bytes'] / 2**20:,.1f} MiB (with WAL)")
         print(

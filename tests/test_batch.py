@@ -784,7 +784,7 @@ _ABORTED_AMOUNT = 999_999
 async def test_concurrent_overlapping_batches(client: httpx.AsyncClient) -> None:
     rng = random.Random(42)
     names = [f"acct{i}" for i in range(6)]
-    batches: list[list[JSON]] = []
+    live_grants: list[list[JSON]] = []
     for _ in range(8):
         order = names[:]
         rng.shuffle(order)
@@ -795,24 +795,24 @@ async def test_concurrent_overlapping_batches(client: httpx.AsyncClient) -> None
                 ops.append(g(account, rng.randint(1, 50), 1, 10**6))
             else:
                 ops.append(c(account, rng.randint(1, 60), 1))
-        batches.append(ops)
+        live_grants.append(ops)
     aborted = [g(n, _ABORTED_AMOUNT, 1, 10**6) for n in reversed(names)] + [b("ghost")]
     singles = [g(n, 3, 1, 10**6) for n in names]
 
     async def run() -> list[httpx.Response]:
-        calls = [post_batch(client, ops) for ops in batches]
+        calls = [post_batch(client, ops) for ops in live_grants]
         calls.insert(3, post_batch(client, aborted, atomic=True))
         calls.extend(single(client, op) for op in singles)
         return list(await asyncio.gather(*calls))
 
     responses = await asyncio.wait_for(run(), timeout=120)
-    batch_responses = responses[:3] + responses[4 : len(batches) + 1]
+    batch_responses = responses[:3] + responses[4 : len(live_grants) + 1]
     assert_problem(responses[3], 404)
-    single_responses = responses[len(batches) + 1 :]
+    single_responses = responses[len(live_grants) + 1 :]
 
     # account -> sequence -> the operation and what it answered
     applied: dict[str, dict[int, tuple[JSON, JSON]]] = {n: {} for n in names}
-    for ops, response in zip(batches, batch_responses, strict=True):
+    for ops, response in zip(live_grants, batch_responses, strict=True):
         body = batch_ok(response, len(ops))
         assert body["failed"] == 0
         per_account: dict[str, list[int]] = {}

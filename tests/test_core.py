@@ -585,14 +585,14 @@ def test_from_state_batches_in_any_order() -> None:
         pytest.param(TrackerState(10, 0, 2, (LiveGrant(1, 9, 3),)), id="expiry-before-clock"),
         pytest.param(
             TrackerState(0, 0, 3, (LiveGrant(1, 10, 3), LiveGrant(1, 20, 3))),
-            id="duplicate-grant-seq",
+            id="duplicate-grant-id",
         ),
         pytest.param(
             TrackerState(0, 0, 3, (LiveGrant(1, 10, 3), LiveGrant(1, 10, 4))),
             id="duplicate-batch-key",
         ),
-        pytest.param(TrackerState(0, 0, 2, (LiveGrant(2, 10, 3),)), id="grant-seq-not-issued-yet"),
-        pytest.param(TrackerState(0, 0, 2, (LiveGrant(0, 10, 3),)), id="grant-seq-zero"),
+        pytest.param(TrackerState(0, 0, 2, (LiveGrant(2, 10, 3),)), id="grant-id-not-issued-yet"),
+        pytest.param(TrackerState(0, 0, 2, (LiveGrant(0, 10, 3),)), id="grant-id-zero"),
         pytest.param(TrackerState(0, 0, 2, (LiveGrant(1, 10, 0),)), id="empty-batch"),
         pytest.param(TrackerState(0, 0, 2, (LiveGrant(1, 10, -1),)), id="negative-batch"),
         pytest.param(
@@ -604,7 +604,7 @@ def test_from_state_batches_in_any_order() -> None:
         pytest.param(TrackerState(2**53, 0, 1, ()), id="clock-past-max"),
         pytest.param(TrackerState(0, -1, 1, ()), id="negative-debt"),
         pytest.param(TrackerState(0, 2**53, 1, ()), id="debt-past-max"),
-        pytest.param(TrackerState(0, 0, 0, ()), id="next-grant-seq-zero"),
+        pytest.param(TrackerState(0, 0, 0, ()), id="next-grant-id-zero"),
         pytest.param(TrackerState(True, 0, 1, ()), id="bool-clock"),
     ],
 )

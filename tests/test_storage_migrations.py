@@ -37,6 +37,13 @@ from tests.support.pg_server import PostgresServer
 from tests.support.server_process import console_script
 
 DB_NAME = "gpu-credits.sqlite3"
+SQLITE_VERSIONS = tuple(v for v, _ in SQLITE_MIGRATIONS)
+PG_VERSIONS = tuple(v for v, _ in PG_MIGRATIONS)
+
+
+def _listed(versions: tuple[int, ...]) -> str:
+    return ", ".join(map(str, versions))
+
 
 # sha256 of every migration a release has shipped. A database that ran one will never run
 # it again, so editing it changes nothing there and splits the schema in two: append a new
@@ -44,9 +51,11 @@ DB_NAME = "gpu-credits.sqlite3"
 RELEASED: dict[tuple[str, int], str] = {
     ("sqlite", 1): "e13ad805945626753febf3a0d3c973fd1f50146f69d9d72adbc572b16c355596",
     ("sqlite", 2): "04dd3b902cbc1a8784da318acfba280daf6d435b061cbe1baa5ebb9192ceff24",
+    ("sqlite", 3): "d7ebe03c38b575c30f81ea850f9e8acc2550783bb7c938a70f499e8bfaa22146",
     ("postgres", 1): "3bc9fa44c7a2add5bb12a47d9b070fe70b395ce33dab39b0ea187be321e1bc53",
     ("postgres", 2): "d9e88a25920c2bedae5f2622e3fcb086d72941bc20791a183f91239625639a77",
     ("postgres", 3): "553ebc7c77129cde4180865988a1c292a6ff7259e83f330ee15d102b44092baa",
+    ("postgres", 4): "f0df8158267e33764f1fab5b6b34494168ffeee6b421cc9d117bf02e01779551",
 }
 
 # -- the release before versioned SQLite migrations (schema 1 in ``meta``) ------------------
@@ -249,7 +258,7 @@ async def test_a_sqlite_file_of_the_previous_release_opens_and_keeps_every_row(
     path = tmp_path / DB_NAME
     make_v1_sqlite_file(path, now)
     store = SqliteStore(path)
-    assert await store.migration_status() == MigrationStatus(applied=(1,), known=(1, 2))
+    assert await store.migration_status() == MigrationStatus(applied=(1,), known=SQLITE_VERSIONS)
     loaded = await store.open(now - 3600)
     try:
         await data.assert_holds(store, now)
@@ -257,13 +266,15 @@ async def test_a_sqlite_file_of_the_previous_release_opens_and_keeps_every_row(
             a: s.next_sequence for a, s in data.STATES.items()
         }
         assert len(loaded.idempotency) == len(data.KEYS)
-        assert await store.migration_status() == MigrationStatus(applied=(1, 2), known=(1, 2))
+        assert await store.migration_status() == MigrationStatus(
+            applied=SQLITE_VERSIONS, known=SQLITE_VERSIONS
+        )
     finally:
         await store.close()
     with sqlite3.connect(path) as conn:
         # That release checks this value and refuses anything but 1: it must not write
         # into the renamed column it does not know.
-        assert conn.execute("SELECT value FROM meta").fetchall() == [("2",)]
+        assert conn.execute("SELECT value FROM meta").fetchall() == [(str(SQLITE_VERSIONS[-1]),)]
         assert [r[1] for r in conn.execute("PRAGMA table_info(idempotency)")][:1] == ["scope"]
 
 
@@ -282,9 +293,11 @@ async def test_the_service_answers_from_a_sqlite_file_of_the_previous_release(
 async def test_a_sqlite_file_a_newer_release_migrated_is_refused(tmp_path: Path) -> None:
     path = tmp_path / DB_NAME
     store = SqliteStore(path)
-    assert await store.migrate() == [1, 2]
+    assert await store.migrate() == list(SQLITE_VERSIONS)
     with sqlite3.connect(path) as conn:
-        conn.execute("INSERT INTO schema_migrations (version) VALUES (3)")
+        conn.execute(
+            "INSERT INTO schema_migrations (version) VALUES (?)", (SQLITE_VERSIONS[-1] + 1,)
+        )
     status = await SqliteStore(path).migration_status()
     assert status.newer_than_known
     store = SqliteStore(path)
@@ -303,7 +316,7 @@ async def test_migration_status_reads_a_file_another_store_holds(tmp_path: Path)
         await holder.submit(data.groups(1.0)[0])
         status = await SqliteStore(path).migration_status()
         assert status.pending == ()
-        assert status.current == 2
+        assert status.current == SQLITE_VERSIONS[-1]
     finally:
         await holder.close()
 
@@ -430,15 +443,15 @@ def test_migrate_status_and_migrate_on_sqlite(tmp_path: Path) -> None:
     assert before.stdout.splitlines() == [
         f"storage: sqlite {tmp_path / 'data' / DB_NAME}",
         "schema version: 1",
-        "known to this release: 1, 2",
-        "pending: 2",
+        f"known to this release: {_listed(SQLITE_VERSIONS)}",
+        f"pending: {_listed(SQLITE_VERSIONS[1:])}",
     ]
     applied = _cli(env=env)
     assert applied.returncode == 0, applied
-    assert "applied migrations: [2]" in applied.stderr
+    assert f"applied migrations: {list(SQLITE_VERSIONS[1:])}" in applied.stderr
     after = _cli("--status", env=env)
     assert after.returncode == 0, after
-    assert "schema version: 2" in after.stdout
+    assert f"schema version: {SQLITE_VERSIONS[-1]}" in after.stdout
     assert "pending: none" in after.stdout
     again = _cli(env=env)
     assert (again.returncode, again.stderr.strip()) == (
@@ -454,7 +467,7 @@ def test_migrate_status_of_a_sqlite_file_not_made_yet(tmp_path: Path) -> None:
     status = _cli("--status", env=env)
     assert status.returncode == 1, status
     assert "schema version: 0 (empty database)" in status.stdout
-    assert "pending: 1, 2" in status.stdout
+    assert f"pending: {_listed(SQLITE_VERSIONS)}" in status.stdout
     assert not (tmp_path / "none").exists()  # --status creates nothing
 
 
@@ -495,15 +508,15 @@ def test_migrate_status_and_migrate_on_postgres(url_with_password: tuple[str, st
     assert before.stdout.splitlines() == [
         f"storage: postgres {redacted_url(url)}",
         "schema version: 0 (empty database)",
-        "known to this release: 1, 2, 3",
-        "pending: 1, 2, 3",
+        f"known to this release: {_listed(PG_VERSIONS)}",
+        f"pending: {_listed(PG_VERSIONS)}",
     ]
     applied = _cli(env=env)
     assert applied.returncode == 0, applied
-    assert "applied migrations: [1, 2, 3]" in applied.stderr
+    assert f"applied migrations: {list(PG_VERSIONS)}" in applied.stderr
     after = _cli("--status", env=env)
     assert after.returncode == 0, after
-    assert "schema version: 3" in after.stdout
+    assert f"schema version: {PG_VERSIONS[-1]}" in after.stdout
     for result in (before, applied, after):
         assert secret not in result.stdout + result.stderr
     assert ":***@" in before.stdout

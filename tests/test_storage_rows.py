@@ -36,12 +36,12 @@ def test_encode_writes_each_account_once_with_its_newest_row() -> None:
 def test_encode_keeps_only_the_batches_alive_at_the_end_and_deletes_the_rest() -> None:
     encoded = rows.encode([c for g in data.groups(NOW_S) for c in g])
     # acme's grant 2 was upserted twice, then used up: deleted, never written.
-    assert sorted(encoded.batch_upserts) == [
+    assert sorted(encoded.live_grant_upserts) == [
         ("acme", 3, 40, 15),
         ("bat", 1, 6, 3),  # upserted twice in the group: the newest remaining
         ("team-b:1", 2, 20, 9),
     ]
-    assert sorted(encoded.batch_deletes) == [("acme", 1), ("acme", 2), ("team-b:1", 1)]
+    assert sorted(encoded.live_grant_deletes) == [("acme", 1), ("acme", 2), ("team-b:1", 1)]
 
 
 def test_encode_writes_entries_in_order_with_the_grant_id_of_grants() -> None:
@@ -67,7 +67,7 @@ def test_a_change_without_entries_only_moves_its_row() -> None:
     row = AccountRow("a", clock=0, debt=0, next_grant_id=2, next_sequence=1)
     encoded = rows.encode([Change(row, upserted_live_grants=[LiveGrant(1, 10, 1)])])
     assert encoded.entries == []
-    assert encoded.batch_upserts == [("a", 1, 10, 1)]
+    assert encoded.live_grant_upserts == [("a", 1, 10, 1)]
     moved = AccountRow("a", clock=0, debt=0, next_grant_id=2, next_sequence=2)
     with pytest.raises(AssertionError, match="where the previous change's ended"):
         rows.check_changes([Change(row), Change(moved)])

@@ -211,7 +211,7 @@ class StorageBackend(Protocol):
         store that is not open, and while another process serves the database."""
         ...
 
-    async def read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
+    async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         """Up to ``limit`` committed entries of the account with seq > ``after_seq``."""
         ...
 

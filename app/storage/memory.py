@@ -125,9 +125,9 @@ class MemoryStore:
     async def migration_status(self) -> MigrationStatus:
         return MigrationStatus(applied=(), known=())
 
-    async def read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
+    async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         # seq is 1-based and contiguous, so entry seq s sits at index s - 1.
-        return self._entries.get(account_id, [])[after_seq : after_seq + limit]
+        return self._entries.get(account_id, [])[after_sequence : after_sequence + limit]
 
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         return self._grant_entries.get((account_id, grant_id))

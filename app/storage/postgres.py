@@ -44,7 +44,7 @@ from app.storage.base import (
     StorageError,
 )
 from app.storage.migrations import Migration
-from app.storage.rows import BATCH_COLUMNS, ENTRY_COLUMNS, IDEMPOTENCY_COLUMNS, columns
+from app.storage.rows import ENTRY_COLUMNS, IDEMPOTENCY_COLUMNS, LIVE_GRANT_COLUMNS, columns
 
 # What a pool hands out: a proxy for a connection, used exactly like one. (The stubs make
 # these generic; at run time they are not, hence the string.)
@@ -135,11 +135,27 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         CREATE INDEX accounts_by_prefix ON accounts (account_id COLLATE "C");
         """,
     ),
+    (
+        4,
+        # One name per concept from the core to the JSON (SQLite's migration 3 does the
+        # same): the rest of a grant is a live grant, a grant is named by its grant_id, an
+        # entry's position is its sequence. Indexes follow their columns; the primary key's
+        # index is renamed with its table.
+        """
+        ALTER TABLE batches RENAME TO live_grants;
+        ALTER INDEX batches_pkey RENAME TO live_grants_pkey;
+        ALTER TABLE live_grants RENAME COLUMN grant_seq TO grant_id;
+        ALTER TABLE accounts RENAME COLUMN next_grant_seq TO next_grant_id;
+        ALTER TABLE accounts RENAME COLUMN next_entry_seq TO next_sequence;
+        ALTER TABLE entries RENAME COLUMN seq TO sequence;
+        ALTER TABLE entries RENAME COLUMN grant_seq TO grant_id;
+        """,
+    ),
 )
 # The last entry at or before a time (reads are safe: an as-of read is answered from here).
 _TOTALS_AT = (
     "SELECT available, debt FROM entries WHERE account_id = $1 AND timestamp <= $2 "
-    "ORDER BY timestamp DESC, seq DESC LIMIT 1"
+    "ORDER BY timestamp DESC, sequence DESC LIMIT 1"
 )
 
 
@@ -149,15 +165,20 @@ def _state(row: asyncpg.Record) -> AccountState:
         row["clock"],
         row["debt"],
         row["available"],
-        row["next_grant_seq"],
-        row["next_entry_seq"],
+        row["next_grant_id"],
+        row["next_sequence"],
         row["version"],
     )
 
 
 def _entry(row: asyncpg.Record) -> Entry:
     return rows.entry_of(
-        row["seq"], row["kind"], row["timestamp"], row["available"], row["debt"], row["details"]
+        row["sequence"],
+        row["kind"],
+        row["timestamp"],
+        row["available"],
+        row["debt"],
+        row["details"],
     )
 
 
@@ -172,25 +193,25 @@ def _idempotency(row: asyncpg.Record) -> IdempotencyRecord:
     )
 
 
-_ACCOUNT_COLUMNS = "account_id, clock, debt, available, next_grant_seq, next_entry_seq, version"
-_ENTRY_COLUMNS = "seq, kind, timestamp, available, debt, details"
+_ACCOUNT_COLUMNS = "account_id, clock, debt, available, next_grant_id, next_sequence, version"
+_ENTRY_COLUMNS = "sequence, kind, timestamp, available, debt, details"
 _SELECT_IDEMPOTENCY = (
     f"SELECT {columns(IDEMPOTENCY_COLUMNS)} FROM idempotency WHERE scope = $1 AND key = $2"
 )
 _INSERT_ENTRY = (
     f"INSERT INTO entries ({columns(ENTRY_COLUMNS)}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)"
 )
-_UPSERT_BATCH = (
-    f"INSERT INTO batches ({columns(BATCH_COLUMNS)}) VALUES ($1, $2, $3, $4) "
-    "ON CONFLICT (account_id, grant_seq) DO UPDATE SET remaining = excluded.remaining"
+_UPSERT_LIVE_GRANT = (
+    f"INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES ($1, $2, $3, $4) "
+    "ON CONFLICT (account_id, grant_id) DO UPDATE SET remaining = excluded.remaining"
 )
-_DELETE_BATCH = "DELETE FROM batches WHERE account_id = $1 AND grant_seq = $2"
+_DELETE_LIVE_GRANT = "DELETE FROM live_grants WHERE account_id = $1 AND grant_id = $2"
 _INSERT_IDEMPOTENCY = (
     f"INSERT INTO idempotency ({columns(IDEMPOTENCY_COLUMNS)}) VALUES ($1, $2, $3, $4, $5, $6)"
 )
 _UPDATE_ACCOUNT = (
-    "UPDATE accounts SET clock = $2, debt = $3, available = $4, next_grant_seq = $5, "
-    "next_entry_seq = $6, version = $7 WHERE account_id = $1"
+    "UPDATE accounts SET clock = $2, debt = $3, available = $4, next_grant_id = $5, "
+    "next_sequence = $6, version = $7 WHERE account_id = $1"
 )
 
 
@@ -255,14 +276,14 @@ class PgTransaction:
 
     async def load_live_grants(self, account_ids: Sequence[str]) -> dict[str, list[LiveGrant]]:
         rows = await self._conn.fetch(
-            "SELECT account_id, grant_seq, expiry, remaining FROM batches "
+            "SELECT account_id, grant_id, expiry, remaining FROM live_grants "
             "WHERE account_id = ANY($1::text[])",
             list(account_ids),
         )
         out: dict[str, list[LiveGrant]] = {a: [] for a in account_ids}
         for row in rows:
             out[row["account_id"]].append(
-                LiveGrant(row["grant_seq"], row["expiry"], row["remaining"])
+                LiveGrant(row["grant_id"], row["expiry"], row["remaining"])
             )
         return out
 
@@ -282,10 +303,10 @@ class PgTransaction:
         versions."""
         group = rows.encode(changes)  # asserts the changes' invariants first
         conn = self._conn
-        if group.batch_deletes:
-            await conn.executemany(_DELETE_BATCH, group.batch_deletes)
-        if group.batch_upserts:
-            await conn.executemany(_UPSERT_BATCH, group.batch_upserts)
+        if group.live_grant_deletes:
+            await conn.executemany(_DELETE_LIVE_GRANT, group.live_grant_deletes)
+        if group.live_grant_upserts:
+            await conn.executemany(_UPSERT_LIVE_GRANT, group.live_grant_upserts)
         if group.entries:
             await conn.executemany(_INSERT_ENTRY, group.entries)
         if group.idempotency:
@@ -436,8 +457,9 @@ class PostgresStore:
         it. None for an unknown account."""
         async with self._connection() as conn:
             row = await conn.fetchrow(
-                f"SELECT {_ACCOUNT_COLUMNS}, (SELECT coalesce(sum(remaining), 0) FROM batches b "
-                "WHERE b.account_id = a.account_id AND b.expiry <= $2) AS expiring "
+                f"SELECT {_ACCOUNT_COLUMNS}, (SELECT coalesce(sum(remaining), 0) "
+                "FROM live_grants g WHERE g.account_id = a.account_id AND g.expiry <= $2) "
+                "AS expiring "
                 "FROM accounts a WHERE a.account_id = $1",
                 account_id,
                 timestamp,
@@ -466,19 +488,19 @@ class PostgresStore:
             if row is None:
                 return None, []
             rows = await conn.fetch(
-                "SELECT grant_seq, expiry, remaining FROM batches WHERE account_id = $1 "
-                "ORDER BY expiry, grant_seq",
+                "SELECT grant_id, expiry, remaining FROM live_grants WHERE account_id = $1 "
+                "ORDER BY expiry, grant_id",
                 account_id,
             )
-        return _state(row), [LiveGrant(r["grant_seq"], r["expiry"], r["remaining"]) for r in rows]
+        return _state(row), [LiveGrant(r["grant_id"], r["expiry"], r["remaining"]) for r in rows]
 
-    async def read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
+    async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         async with self._connection() as conn:
             rows = await conn.fetch(
-                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE account_id = $1 AND seq > $2 "
-                "ORDER BY seq LIMIT $3",
+                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE account_id = $1 AND sequence > $2 "
+                "ORDER BY sequence LIMIT $3",
                 account_id,
-                after_seq,
+                after_sequence,
                 limit,
             )
         return [_entry(r) for r in rows]
@@ -487,7 +509,7 @@ class PostgresStore:
         async with self._connection() as conn:
             row = await conn.fetchrow(
                 f"SELECT {_ENTRY_COLUMNS} FROM entries "
-                "WHERE account_id = $1 AND grant_seq = $2 AND kind = 'grant'",
+                "WHERE account_id = $1 AND grant_id = $2 AND kind = 'grant'",
                 account_id,
                 grant_id,
             )

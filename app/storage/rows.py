@@ -29,16 +29,16 @@ from app.storage.base import (
     GrantEntry,
 )
 
-ACCOUNT_COLUMNS: Final = ("account_id", "clock", "debt", "next_grant_seq", "next_entry_seq")
-BATCH_COLUMNS: Final = ("account_id", "grant_seq", "expiry", "remaining")
+ACCOUNT_COLUMNS: Final = ("account_id", "clock", "debt", "next_grant_id", "next_sequence")
+LIVE_GRANT_COLUMNS: Final = ("account_id", "grant_id", "expiry", "remaining")
 ENTRY_COLUMNS: Final = (
     "account_id",
-    "seq",
+    "sequence",
     "kind",
     "timestamp",
     "available",
     "debt",
-    "grant_seq",  # the grant's id on grant entries (indexed: a grant is looked up by it)
+    "grant_id",  # the grant's id on grant entries (indexed: a grant is looked up by it)
     "details",
 )
 IDEMPOTENCY_COLUMNS: Final = (
@@ -54,7 +54,7 @@ MIGRATION_COLUMNS: Final = ("version", "applied_at")
 # Every shared table and its columns, in order.
 SHARED_TABLES: Final[dict[str, tuple[str, ...]]] = {
     "accounts": ACCOUNT_COLUMNS,
-    "batches": BATCH_COLUMNS,
+    "live_grants": LIVE_GRANT_COLUMNS,
     "entries": ENTRY_COLUMNS,
     "idempotency": IDEMPOTENCY_COLUMNS,
     "schema_migrations": MIGRATION_COLUMNS,
@@ -79,7 +79,7 @@ BACKEND_ONLY_COLUMNS: Final[dict[str, dict[str, tuple[str, ...]]]] = {
 ENTRY_KINDS: Final = frozenset({"grant", "consumption", "expiration"})
 
 EntryValues = tuple[str, int, str, int, int, int, int | None, str]
-BatchValues = tuple[str, int, int, int]
+LiveGrantValues = tuple[str, int, int, int]
 IdempotencyValues = tuple[str, str, str, int, bytes, float]
 
 
@@ -90,8 +90,8 @@ class Rows:
     # The newest row of each account the group touched, in the order first touched.
     accounts: dict[str, AccountRow] = field(default_factory=dict)
     entries: list[EntryValues] = field(default_factory=list)
-    batch_upserts: list[BatchValues] = field(default_factory=list)
-    batch_deletes: list[tuple[str, int]] = field(default_factory=list)
+    live_grant_upserts: list[LiveGrantValues] = field(default_factory=list)
+    live_grant_deletes: list[tuple[str, int]] = field(default_factory=list)
     idempotency: list[IdempotencyValues] = field(default_factory=list)
 
     def account_values(self) -> list[tuple[str, int, int, int, int]]:
@@ -105,7 +105,7 @@ def encode(changes: Sequence[Change]) -> Rows:
     """Check ``changes`` (see ``check_changes``) and turn them into rows."""
     check_changes(changes)
     rows = Rows()
-    upserts: dict[tuple[str, int], BatchValues] = {}
+    upserts: dict[tuple[str, int], LiveGrantValues] = {}
     dumps = json.dumps
     for change in changes:
         account = change.account
@@ -128,14 +128,14 @@ def encode(changes: Sequence[Change]) -> Rows:
             upserts[(account_id, b.grant_id)] = (account_id, b.grant_id, b.expiry, b.remaining)
         for grant_id in change.removed_grant_ids:
             upserts.pop((account_id, grant_id), None)
-            rows.batch_deletes.append((account_id, grant_id))
+            rows.live_grant_deletes.append((account_id, grant_id))
         r = change.idempotency
         if r is not None:
             assert r.body is not None  # checked; for the type checker
             rows.idempotency.append(
                 (r.scope, r.key, r.fingerprint, r.status_code, r.body, r.created_at_s)
             )
-    rows.batch_upserts = list(upserts.values())
+    rows.live_grant_upserts = list(upserts.values())
     return rows
 
 
@@ -144,7 +144,7 @@ def check_changes(changes: Sequence[Change]) -> None:
     half of the checks ``GPUCreditTracker.from_state`` makes of what it reads back).
 
     Per change: the account row is in range; its entries are contiguous, end just before
-    its ``next_entry_seq``, have known kinds, and timestamps that never decrease and never
+    its ``next_sequence``, have known kinds, and timestamps that never decrease and never
     pass its clock; each upserted batch belongs to a grant already made, has credits left
     and expires after the clock; no batch is both upserted and removed, or named twice;
     an idempotency record carries its body. Across the group, per account, in order: the
@@ -165,13 +165,15 @@ def check_changes(changes: Sequence[Change]) -> None:
         before = newest.get(account_id)
         if before is not None:
             assert a.clock >= before.clock, f"{account_id}: the clock went back"
-            assert a.next_grant_id >= before.next_grant_id, f"{account_id}: grant seq went back"
+            assert a.next_grant_id >= before.next_grant_id, (
+                f"{account_id}: grant sequence went back"
+            )
             assert a.next_sequence == before.next_sequence + len(change.entries), (
                 f"{account_id}: entries do not go on where the previous change's ended"
             )
         newest[account_id] = a
         _check_entries(change, last_timestamp)
-        upserted = _check_batches(change, removed)
+        upserted = _check_live_grants(change, removed)
         for grant_id in change.removed_grant_ids:
             key = (account_id, grant_id)
             assert 1 <= grant_id < a.next_grant_id, f"{account_id}: no grant {grant_id}"
@@ -215,7 +217,7 @@ def _check_entries(change: Change, last_timestamp: dict[str, int]) -> None:
     last_timestamp[account_id] = previous
 
 
-def _check_batches(change: Change, removed: set[tuple[str, int]]) -> set[int]:
+def _check_live_grants(change: Change, removed: set[tuple[str, int]]) -> set[int]:
     a = change.account
     account_id = a.account_id
     upserted: set[int] = set()
@@ -257,7 +259,7 @@ def _details(e: Entry) -> dict[str, Any]:
 def entry_of(
     sequence: int, kind: str, timestamp: int, available: int, debt: int, details: str
 ) -> Entry:
-    """An entry from its row (``ENTRY_COLUMNS`` without account_id and grant_seq)."""
+    """An entry from its row (``ENTRY_COLUMNS`` without account_id and grant_id)."""
     d = json.loads(details)
     if kind == "grant":
         return GrantEntry(

@@ -63,9 +63,9 @@ from app.storage.base import (
 from app.storage.migrations import Migration
 from app.storage.rows import (
     ACCOUNT_COLUMNS,
-    BATCH_COLUMNS,
     ENTRY_COLUMNS,
     IDEMPOTENCY_COLUMNS,
+    LIVE_GRANT_COLUMNS,
     columns,
 )
 
@@ -134,6 +134,20 @@ CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (created_at_s);
 ALTER TABLE idempotency RENAME COLUMN account_id TO scope;
 """,
     ),
+    (
+        3,
+        # One name per concept from the core to the JSON: the rest of a grant is a live
+        # grant, a grant is named by its grant_id, an entry's position is its sequence.
+        # SQLite rewrites the index on entries with the renamed column.
+        """
+ALTER TABLE batches RENAME TO live_grants;
+ALTER TABLE live_grants RENAME COLUMN grant_seq TO grant_id;
+ALTER TABLE accounts RENAME COLUMN next_grant_seq TO next_grant_id;
+ALTER TABLE accounts RENAME COLUMN next_entry_seq TO next_sequence;
+ALTER TABLE entries RENAME COLUMN seq TO sequence;
+ALTER TABLE entries RENAME COLUMN grant_seq TO grant_id;
+""",
+    ),
 )
 _CREATE_MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -146,20 +160,20 @@ _UPSERT_ACCOUNT = f"""
 INSERT INTO accounts ({columns(ACCOUNT_COLUMNS)}) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (account_id) DO UPDATE SET
     clock = excluded.clock, debt = excluded.debt,
-    next_grant_seq = excluded.next_grant_seq, next_entry_seq = excluded.next_entry_seq
+    next_grant_id = excluded.next_grant_id, next_sequence = excluded.next_sequence
 """
-_UPSERT_BATCH = f"""
-INSERT INTO batches ({columns(BATCH_COLUMNS)}) VALUES (?, ?, ?, ?)
-ON CONFLICT (account_id, grant_seq) DO UPDATE SET remaining = excluded.remaining
+_UPSERT_LIVE_GRANT = f"""
+INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES (?, ?, ?, ?)
+ON CONFLICT (account_id, grant_id) DO UPDATE SET remaining = excluded.remaining
 """
-_DELETE_BATCH = "DELETE FROM batches WHERE account_id = ? AND grant_seq = ?"
+_DELETE_LIVE_GRANT = "DELETE FROM live_grants WHERE account_id = ? AND grant_id = ?"
 _INSERT_ENTRY = f"INSERT INTO entries ({columns(ENTRY_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 # OR REPLACE: the ledger forgets an expired key before the hourly sweep deletes its row, and
 # a new request may reuse the key meanwhile.
 _INSERT_IDEMPOTENCY = (
     f"INSERT OR REPLACE INTO idempotency ({columns(IDEMPOTENCY_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)"
 )
-_ENTRY_FIELDS = "seq, kind, timestamp, available, debt, details"
+_ENTRY_FIELDS = "sequence, kind, timestamp, available, debt, details"
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -287,11 +301,11 @@ class SqliteStore:
         state = LoadedState()
         live_grants: dict[str, list[LiveGrant]] = {}
         for account_id, grant_id, expiry, remaining in conn.execute(
-            "SELECT account_id, grant_seq, expiry, remaining FROM batches"
+            "SELECT account_id, grant_id, expiry, remaining FROM live_grants"
         ):
             live_grants.setdefault(account_id, []).append(LiveGrant(grant_id, expiry, remaining))
         for account_id, clock, debt, next_grant_id, next_sequence in conn.execute(
-            "SELECT account_id, clock, debt, next_grant_seq, next_entry_seq FROM accounts"
+            "SELECT account_id, clock, debt, next_grant_id, next_sequence FROM accounts"
         ):
             tracker_state = TrackerState(
                 clock, debt, next_grant_id, tuple(live_grants.pop(account_id, ()))
@@ -532,10 +546,10 @@ class SqliteStore:
                 conn.executemany(_INSERT_IDEMPOTENCY, group.idempotency)
             if group.entries:
                 conn.executemany(_INSERT_ENTRY, group.entries)
-            if group.batch_upserts:
-                conn.executemany(_UPSERT_BATCH, group.batch_upserts)
-            if group.batch_deletes:
-                conn.executemany(_DELETE_BATCH, group.batch_deletes)
+            if group.live_grant_upserts:
+                conn.executemany(_UPSERT_LIVE_GRANT, group.live_grant_upserts)
+            if group.live_grant_deletes:
+                conn.executemany(_DELETE_LIVE_GRANT, group.live_grant_deletes)
             conn.executemany(_UPSERT_ACCOUNT, group.account_values())
             conn.execute("COMMIT")
         except BaseException:
@@ -551,19 +565,19 @@ class SqliteStore:
 
     # -- reads ---------------------------------------------------------------------------
 
-    async def read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
+    async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._reader, self._read_entries, account_id, after_seq, limit
+            self._reader, self._read_entries, account_id, after_sequence, limit
         )
 
-    def _read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
+    def _read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         conn = self._read_conn
         assert conn is not None, "store is not open"
         found = conn.execute(
             f"SELECT {_ENTRY_FIELDS} FROM entries "
-            "WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (account_id, after_seq, limit),
+            "WHERE account_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
+            (account_id, after_sequence, limit),
         ).fetchall()
         return [_entry_from_row(r) for r in found]
 
@@ -578,7 +592,7 @@ class SqliteStore:
         assert conn is not None, "store is not open"
         row = conn.execute(
             f"SELECT {_ENTRY_FIELDS} FROM entries "
-            "WHERE account_id = ? AND grant_seq = ? AND kind = 'grant'",
+            "WHERE account_id = ? AND grant_id = ? AND kind = 'grant'",
             (account_id, grant_id),
         ).fetchone()
         return None if row is None else _entry_from_row(row)
@@ -588,20 +602,21 @@ class SqliteStore:
         return await loop.run_in_executor(self._reader, self._read_totals_at, account_id, timestamp)
 
     def _read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
-        """Binary search over ``seq`` on the primary key: timestamps do not decrease with
-        seq, so O(log n) point reads find the last entry at or before ``timestamp`` with
+        """Binary search over ``sequence`` on the primary key: timestamps do not decrease with
+        sequence, so O(log n) point reads find the last entry at or before ``timestamp`` with
         no extra index to maintain on every write."""
         conn = self._read_conn
         assert conn is not None, "store is not open"
         row = conn.execute(
-            "SELECT max(seq) FROM entries WHERE account_id = ?", (account_id,)
+            "SELECT max(sequence) FROM entries WHERE account_id = ?", (account_id,)
         ).fetchone()
         low, high = 0, int(row[0] or 0)  # invariant: entry low is at or before, high+1 after
         found: tuple[int, int] = (0, 0)
         while low < high:
             mid = (low + high + 1) // 2
             entry = conn.execute(
-                "SELECT timestamp, available, debt FROM entries WHERE account_id = ? AND seq = ?",
+                "SELECT timestamp, available, debt FROM entries "
+                "WHERE account_id = ? AND sequence = ?",
                 (account_id, mid),
             ).fetchone()
             assert entry is not None, "ledger entries are contiguous"
@@ -649,15 +664,15 @@ class SqliteStore:
         conn.execute("BEGIN")  # one snapshot for both statements
         try:
             row = conn.execute(
-                "SELECT clock, debt, next_grant_seq, next_entry_seq FROM accounts "
+                "SELECT clock, debt, next_grant_id, next_sequence FROM accounts "
                 "WHERE account_id = ?",
                 (account_id,),
             ).fetchone()
             live_grants = tuple(
                 LiveGrant(grant_id, expiry, remaining)
                 for grant_id, expiry, remaining in conn.execute(
-                    "SELECT grant_seq, expiry, remaining FROM batches WHERE account_id = ? "
-                    "ORDER BY grant_seq",
+                    "SELECT grant_id, expiry, remaining FROM live_grants WHERE account_id = ? "
+                    "ORDER BY grant_id",
                     (account_id,),
                 )
             )
