@@ -8,7 +8,8 @@ subclass saying only how to make its store).
 - ``EmbeddedContract`` writes with ``submit`` (memory, SQLite on a real file);
   ``TransactionalContract`` writes through ``transaction()`` (PostgreSQL on the throwaway
   server the tests start), with the same ``Change`` objects.
-- Memory keeps nothing across a close: the tests that reopen a store skip it.
+- ``DurableContract``: what a backend that keeps its data across a close promises besides
+  (SQLite, PostgreSQL; memory keeps nothing by design, so it does not run them).
 
 Also here: both databases have one schema (the tables and columns of ``app.storage.rows``).
 """
@@ -96,7 +97,6 @@ BROKEN = _broken_changes()
 
 
 class StorageContract(Generic[S]):
-    durable: ClassVar[bool] = True
     # What writing a group that the database refuses raises.
     refused: ClassVar[tuple[type[BaseException], ...]]
 
@@ -142,7 +142,7 @@ class StorageContract(Generic[S]):
         await data.assert_holds(store, NOW_S)
         assert await store.check() is None
 
-    async def test_entries_page_by_seq(self, store: S) -> None:
+    async def test_entries_page_by_sequence(self, store: S) -> None:
         await self.write_all(store)
         acme = data.ENTRIES["acme"]
         assert await store.read_entries("acme", 0, 2) == acme[:2]
@@ -206,11 +206,15 @@ class StorageContract(Generic[S]):
         assert await store.read_idempotency("acme", "g-1") is None
         await self.assert_refuses_writes_after_a_failure(store)
 
-    # -- durable -----------------------------------------------------------------------------
+    def assert_loaded(self, loaded: LoadedState) -> None:
+        """What ``open`` hands the service of a store that holds the dataset."""
+        raise NotImplementedError
+
+
+class DurableContract(StorageContract[S]):
+    """What a backend that keeps its data across a close promises besides (not memory)."""
 
     async def test_a_reopened_store_finds_everything(self, make_store: Callable[[], S]) -> None:
-        if not self.durable:
-            pytest.skip("memory keeps nothing across a close, by design")
         store = make_store()
         await store.open(0.0)
         try:
@@ -228,8 +232,6 @@ class StorageContract(Generic[S]):
     async def test_open_drops_expired_idempotency_records(
         self, make_store: Callable[[], S]
     ) -> None:
-        if not self.durable:
-            pytest.skip("memory keeps nothing across a close, by design")
         store = make_store()
         await store.open(0.0)
         try:
@@ -244,10 +246,6 @@ class StorageContract(Generic[S]):
             assert await store.read_entries("acme", 0, 10) == data.ENTRIES["acme"]
         finally:
             await store.close()
-
-    def assert_loaded(self, loaded: LoadedState) -> None:
-        """What ``open`` hands the service of a store that holds the dataset."""
-        raise NotImplementedError
 
 
 class EmbeddedContract(StorageContract[EmbeddedJournal]):
@@ -281,14 +279,12 @@ def _in_grant_order(account: LoadedAccount) -> LoadedAccount:
 
 
 class TestMemoryStore(EmbeddedContract):
-    durable = False
-
     @pytest.fixture
     def make_store(self) -> Callable[[], EmbeddedJournal]:
         return MemoryStore
 
 
-class TestSqliteStore(EmbeddedContract):
+class TestSqliteStore(EmbeddedContract, DurableContract[EmbeddedJournal]):
     @pytest.fixture
     def make_store(self, tmp_path: Path) -> Callable[[], EmbeddedJournal]:
         return lambda: SqliteStore(tmp_path / "ledger.sqlite3")
@@ -319,7 +315,7 @@ class TransactionalContract(StorageContract[TransactionalStore]):
         assert loaded == LoadedState()  # the service reads accounts under their row locks
 
 
-class TestPostgresStore(TransactionalContract):
+class TestPostgresStore(TransactionalContract, DurableContract[TransactionalStore]):
     @pytest.fixture
     def make_store(self, postgres_url: PostgresServer) -> Callable[[], TransactionalStore]:
         url = postgres_url.create_database(f"contract_{uuid.uuid4().hex[:16]}")
