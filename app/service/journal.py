@@ -213,7 +213,7 @@ def _expiration_entries(
 ) -> list[Entry]:
     entries: list[Entry] = []
     available = available_before
-    for e in expired:  # popped in (expiry, grant_seq) order
+    for e in expired:  # popped in (expiry, grant_id) order
         available -= e.amount
         entries.append(
             ExpirationEntry(

@@ -298,7 +298,7 @@ class SqliteStore:
             )
             state.accounts[account_id] = LoadedAccount(tracker_state, next_sequence)
         if live_grants:
-            raise StorageError(f"batches without an account row: {sorted(live_grants)[:5]}")
+            raise StorageError(f"live grants without an account row: {sorted(live_grants)[:5]}")
         # Bodies stay on disk (read back on a replay): startup time and memory then grow
         # with the number of keys, not with the size of their answers.
         for row in conn.execute(
@@ -518,8 +518,8 @@ class SqliteStore:
 
     def _write(self, changes: list[Change]) -> None:
         """One transaction for the whole group, one executemany per statement: far fewer
-        calls into SQLite than one per change (``app.storage.rows`` says why the batches
-        may be written in any order)."""
+        calls into SQLite than one per change (``app.storage.rows`` says why the live
+        grants may be written in any order)."""
         conn = self._write_conn
         assert conn is not None, "store is not open"
         group = rows.encode(changes)  # asserts the changes' invariants first
