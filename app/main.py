@@ -138,7 +138,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def _tune_gc() -> None:
-    """The ledger keeps many small long-lived objects (trackers, batches) and every request
+    """The ledger keeps many small long-lived objects (trackers, live grants) and every request
     makes short-lived ones. With CPython's default thresholds the cyclic collector runs
     every 700 allocations and rescans the long-lived ones: a third of a batch's time in the
     profile. Freeze what startup loaded and collect the young generation less often; the

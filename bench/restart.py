@@ -8,7 +8,7 @@ Run: ``python bench/restart.py`` (``--ops N``, ``--accounts N``, ``--quick`` for
    in this process, so the database is exactly what the service writes. Every tick submits one
    operation per account concurrently (``asyncio.gather``), so the store's group commit packs a
    tick into a few transactions; per account, ticks run in order with rising timestamps.
-   Grants outnumber consumptions and expire far ahead, so every account keeps live batches;
+   Grants outnumber consumptions and expire far ahead, so every account keeps live grants;
    some grants expire on the way (expiration entries) and some consumptions run into debt.
    A fraction of the operations carries an ``Idempotency-Key`` (``--key-fraction``): keys are
    kept 24 hours, so a restart soon after the build has to load all of them.

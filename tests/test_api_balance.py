@@ -100,12 +100,12 @@ async def test_balance_without_timestamp_changes_nothing(client: httpx.AsyncClie
             "debt": 0,
         }
     assert await snapshot(client) == before
-    # The clock is still 3: a grant at 3 is accepted, and the batch is still live at 4.
+    # The clock is still 3: a grant at 3 is accepted, and the grant of 50 is still live at 4.
     ok(await grant(client, 1, 3, 9), 201)
     assert ok(await balance(client, 4))["balance"] == 51
 
 
-async def test_balance_at_an_expiry_drops_the_batch(client: httpx.AsyncClient) -> None:
+async def test_balance_at_an_expiry_drops_the_live_grant(client: httpx.AsyncClient) -> None:
     ok(await grant(client, 50, 0, 5), 201)
     ok(await grant(client, 7, 0, 6), 201)
     assert ok(await balance(client, 4))["available"] == 57

@@ -183,12 +183,12 @@ async def test_overflow_counts_only_live_credits(client: httpx.AsyncClient) -> N
     ok(await grant(client, MAX - 10, 0, 5), 201)
     ok(await grant(client, 10, 0, 100), 201)
     before = await snapshot(client)
-    # At 5 the first batch expires, leaving 10: MAX more would overflow, and is rejected
+    # At 5 the first grant expires, leaving 10: MAX more would overflow, and is rejected
     # without expiring anything or moving the clock.
     problem = assert_problem(await grant(client, MAX, 5, 100), 422)
     assert problem["type"].endswith("total-overflow")
     assert await snapshot(client) == before
-    # MAX - 10 more fits exactly once the first batch has expired.
+    # MAX - 10 more fits exactly once the first grant has expired.
     body = ok(await grant(client, MAX - 10, 5, 100), 201)
     assert body["available"] == MAX
     kinds = [e["kind"] for e in await all_entries(client)]

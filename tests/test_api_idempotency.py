@@ -40,7 +40,7 @@ async def _write(
 async def test_idempotent_retry_replays_the_response(
     client: httpx.AsyncClient, operation: str
 ) -> None:
-    ok(await grant(client, 10, 0, 5), 201)  # an existing batch that expires before the retry
+    ok(await grant(client, 10, 0, 5), 201)  # an existing grant that expires before the retry
     first = await _write(client, operation, key="retry-1")
     assert first.status_code == (201 if operation == "grant" else 200)
     assert "idempotent-replayed" not in first.headers

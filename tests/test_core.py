@@ -46,7 +46,7 @@ def test_spec_example_keyword(example: Example) -> None:
 
 
 def test_spec_example_1_detailed() -> None:
-    """The detailed calls give what the HTTP answers are made of: draws, settled debt,
+    """The detailed calls give what the HTTP answers are made of: allocations, settled debt,
     what was kept, the totals after."""
     t = GPUCreditTracker()
     for step in EXAMPLE_1.steps:
@@ -97,10 +97,10 @@ def test_earliest_expiry_consumed_first_regardless_of_grant_order() -> None:
 
 def test_equal_expiries_consumed_in_grant_order() -> None:
     t = GPUCreditTracker()
-    t.grant(10, 0, 100)  # seq 1
-    t.grant(20, 1, 100)  # seq 2
-    t.grant(5, 2, 100)  # seq 3
-    t.grant(1, 2, 50)  # seq 4, earlier expiry
+    t.grant(10, 0, 100)  # grant_id 1
+    t.grant(20, 1, 100)  # grant_id 2
+    t.grant(5, 2, 100)  # grant_id 3
+    t.grant(1, 2, 50)  # grant_id 4, earlier expiry
     assert [b.grant_id for b in t.live_grants()] == [4, 1, 2, 3]
     first = t.apply_consume(4, 3)
     assert first.allocation == (Allocation(4, 50, 1), Allocation(1, 100, 3))
@@ -118,8 +118,8 @@ def test_equal_expiries_consumed_in_grant_order() -> None:
 
 def test_equal_expiries_grant_order_not_size_order() -> None:
     t = GPUCreditTracker()
-    t.grant(50, 0, 10)  # seq 1, larger
-    t.grant(1, 0, 10)  # seq 2, smaller
+    t.grant(50, 0, 10)  # grant_id 1, larger
+    t.grant(1, 0, 10)  # grant_id 2, smaller
     result = t.apply_consume(50, 0)
     assert result.allocation == (Allocation(1, 10, 50),)
     assert t.live_grants() == [LiveGrant(2, 10, 1)]
@@ -128,7 +128,7 @@ def test_equal_expiries_grant_order_not_size_order() -> None:
 # -- debt and settlement ---------------------------------------------------------------
 
 
-def test_grant_swallowed_whole_by_debt_adds_no_batch() -> None:
+def test_grant_swallowed_whole_by_debt_adds_no_live_grant() -> None:
     t = GPUCreditTracker()
     assert t.consume(50, 0) == 50
     result = t.apply_grant(30, 1, 10)
@@ -140,7 +140,7 @@ def test_grant_swallowed_whole_by_debt_adds_no_batch() -> None:
     t.check_invariants()
 
 
-def test_grant_exactly_equal_to_debt_adds_no_batch() -> None:
+def test_grant_exactly_equal_to_debt_adds_no_live_grant() -> None:
     t = GPUCreditTracker()
     t.consume(20, 0)
     result = t.apply_grant(20, 1, 10)
@@ -148,7 +148,7 @@ def test_grant_exactly_equal_to_debt_adds_no_batch() -> None:
     assert t.live_grants() == []
     assert t.live_grant_count == 0
     assert t.get_balance(1) == 0
-    # No phantom batch: a later consumption goes straight into debt.
+    # No phantom live grant: a later consumption goes straight into debt.
     assert t.consume(1, 2) == 1
 
 
@@ -222,7 +222,7 @@ def test_grant_at_expiry_of_another_does_not_keep_it() -> None:
     assert t.get_balance(5) == 4
 
 
-def test_partly_used_batch_expires_with_its_rest() -> None:
+def test_partly_used_live_grant_expires_with_its_rest() -> None:
     t = GPUCreditTracker()
     t.grant(10, 0, 5)
     t.consume(4, 1)
@@ -234,7 +234,7 @@ def test_partly_used_batch_expires_with_its_rest() -> None:
 
 
 def _tracker_at_clock_10() -> GPUCreditTracker:
-    """A tracker whose clock is 10, with two live batches, one expiring at 11."""
+    """A tracker whose clock is 10, with two live grants, one expiring at 11."""
     t = GPUCreditTracker()
     t.grant(10, 0, 11)
     t.grant(20, 5, 30)
@@ -308,7 +308,7 @@ OUT_OF_RANGE_TIMES: list[Any] = [-1, 2**53, 2**64]
 
 
 def _tracker_with_pending_expiry() -> GPUCreditTracker:
-    """Clock 3, one batch expiring at 5: an accepted call at 7 would evict it."""
+    """Clock 3, one live grant expiring at 5: an accepted call at 7 would evict it."""
     t = GPUCreditTracker()
     t.grant(10, 0, 5)
     t.grant(4, 1, 50)
@@ -348,7 +348,7 @@ def test_invalid_input_is_rejected_and_changes_nothing(
     assert isinstance(info.value, LedgerError)
     assert t.state() == before
     t.check_invariants()
-    # Nothing was evicted and the clock did not move: an earlier call still sees the batch.
+    # Nothing was evicted and the clock did not move: an earlier call still sees the grant.
     assert t.get_balance(4) == 14
 
 
@@ -445,19 +445,19 @@ def test_available_total_past_max_value_is_rejected() -> None:
     assert t.get_balance(1) == MAX_VALUE
 
 
-def test_rejected_overflow_does_not_evict_expired_batches() -> None:
+def test_rejected_overflow_does_not_evict_expired_live_grants() -> None:
     t = GPUCreditTracker()
     t.grant(5, 0, 3)  # expires at 3
     t.grant(MAX_VALUE - 5, 0, 100)
     assert t.get_balance(0) == MAX_VALUE
     before = t.state()
-    # At t=5 the first batch is gone (available MAX-5); +6 would be MAX+1.
+    # At t=5 the first grant is gone (available MAX-5); +6 would be MAX+1.
     with pytest.raises(TotalOverflow):
         t.grant(6, 5, 200)
     assert t.state() == before
     t.check_invariants()
     assert t.live_grant_count == 2
-    # The clock did not move to 5: an earlier call is accepted and still sees the batch.
+    # The clock did not move to 5: an earlier call is accepted and still sees the grant.
     assert t.get_balance(2) == MAX_VALUE
     assert t.live_grants()[0] == LiveGrant(1, 3, 5)
     # And the same grant, with eviction actually happening, is within bounds for 5.
@@ -466,7 +466,7 @@ def test_rejected_overflow_does_not_evict_expired_batches() -> None:
     t.check_invariants()
 
 
-def test_rejected_detailed_overflow_does_not_evict_expired_batches() -> None:
+def test_rejected_detailed_overflow_does_not_evict_expired_live_grants() -> None:
     t = GPUCreditTracker()
     t.grant(5, 0, 3)
     t.grant(7, 0, 4)
@@ -569,7 +569,7 @@ def test_state_round_trip_with_debt_and_fresh() -> None:
     assert copy.apply_grant(5, 5, 9).grant_id == 2
 
 
-def test_from_state_batches_in_any_order() -> None:
+def test_from_state_live_grants_in_any_order() -> None:
     state = _busy_tracker().state()
     shuffled = TrackerState(
         state.clock, state.debt, state.next_grant_id, tuple(reversed(state.live_grants))
@@ -589,12 +589,12 @@ def test_from_state_batches_in_any_order() -> None:
         ),
         pytest.param(
             TrackerState(0, 0, 3, (LiveGrant(1, 10, 3), LiveGrant(1, 10, 4))),
-            id="duplicate-batch-key",
+            id="duplicate-live-grant-key",
         ),
         pytest.param(TrackerState(0, 0, 2, (LiveGrant(2, 10, 3),)), id="grant-id-not-issued-yet"),
         pytest.param(TrackerState(0, 0, 2, (LiveGrant(0, 10, 3),)), id="grant-id-zero"),
-        pytest.param(TrackerState(0, 0, 2, (LiveGrant(1, 10, 0),)), id="empty-batch"),
-        pytest.param(TrackerState(0, 0, 2, (LiveGrant(1, 10, -1),)), id="negative-batch"),
+        pytest.param(TrackerState(0, 0, 2, (LiveGrant(1, 10, 0),)), id="empty-live-grant"),
+        pytest.param(TrackerState(0, 0, 2, (LiveGrant(1, 10, -1),)), id="negative-live-grant"),
         pytest.param(
             TrackerState(0, 0, 3, (LiveGrant(1, 10, MAX_VALUE), LiveGrant(2, 10, 1))),
             id="available-past-max",

@@ -1,6 +1,6 @@
 """Stateful test: GPUCreditTracker against the reference model (``tests/support/model.py``):
-a plain list of ``[expiry, grant_id, remaining]`` batches, sorted to find the next batch to
-draw from, filtered to drop the expired ones, and changed only once a call is accepted.
+a plain list of ``[expiry, grant_id, remaining]`` live grants, sorted to find the next one
+to draw from, filtered to drop the expired ones, and changed only once a call is accepted.
 Nothing about it is clever, so a disagreement points at the tracker. The core class's
 ``get_balance`` moves the clock: the model's ``get_balance`` does too.
 """
@@ -35,7 +35,7 @@ def _expired(expirations: tuple[Expiration, ...]) -> list[tuple[int, int, int]]:
     return sorted((e.grant_id, e.expiry, e.amount) for e in expirations)
 
 
-def _draws(allocation: tuple[Allocation, ...]) -> list[tuple[int, int, int]]:
+def _allocated(allocation: tuple[Allocation, ...]) -> list[tuple[int, int, int]]:
     return [(d.grant_id, d.expiry, d.amount) for d in allocation]
 
 
@@ -52,7 +52,7 @@ def _timestamp(data: st.DataObject, clock: int) -> Any:
     kind = data.draw(st.integers(0, 39), label="timestamp kind")
     if kind < 26:  # the usual case: now or a little later
         return clock + data.draw(st.integers(0, 3))
-    if kind < 31:  # a jump that lets batches expire
+    if kind < 31:  # a jump that lets live grants expire
         return clock + data.draw(st.integers(4, 40))
     if kind < 36:  # a regression (or -1 on a fresh clock, which is invalid)
         return clock - data.draw(st.integers(1, 5))
@@ -162,7 +162,7 @@ class TrackerMachine(RuleBasedStateMachine):
             assert got.debt_added == want["debt_added"]
             assert got.available == want["available"]
             assert got.debt == want["debt"]
-            assert _draws(got.allocation) == _allocation(want)
+            assert _allocated(got.allocation) == _allocation(want)
             assert _expired(got.expired) == sorted(self.model.expired)
 
     @rule(data=st.data(), detailed=st.booleans())

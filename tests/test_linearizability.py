@@ -17,11 +17,11 @@ one per test, on the session's throwaway server from ``tests.support.pg_server``
     which replaying them through a small model reproduces every response. The check uses the
     ``sequence`` of each acknowledged grant and consumption, which fixes the order of writes:
 
-    (a) real time on writes: if write A ended before write B started, seq(A) < seq(B);
+    (a) real time on writes: if write A ended before write B started, sequence(A) < sequence(B);
     (b) the ledger (every page, read through both processes, identical) has sequences exactly
         1..N, its grant and consumption entries are exactly the acknowledged writes, and
-        replaying those writes in sequence order through the model (batches ordered by
-        (expiry, grant order), debt, clock, lazy expiration; SPEC section 1) reproduces every
+        replaying those writes in sequence order through the model (live grants ordered
+        by (expiry, grant order), debt, clock, lazy expiration; SPEC section 1) reproduces every
         ledger entry (expirations included) and every write's response body exactly;
     (c) every other call (balance reads, 409 rejections, 404s before the account exists) is
         placed in that write order within its real-time window so that the model's state

@@ -95,13 +95,13 @@ async def test_live_grants_are_counted_per_tenant_and_released(ledger: Ledger) -
         "live grants",
         3,
     )
-    # A grant swallowed whole by debt keeps no batch: always allowed.
+    # A grant swallowed whole by debt keeps no live grant: always allowed.
     await ledger.consume("team-a:3", 7, 0)
     await ledger.grant("team-a:3", 7, 0, 50)
-    # Consuming a whole batch releases it.
+    # Consuming a whole live grant releases it.
     await ledger.consume("team-a:1", 5, 1)
     await ledger.grant("team-a:2", 5, 1, 40)
-    # A grant whose own time expires a batch of its account makes room for itself.
+    # A grant whose own time expires a live grant of its account makes room for itself.
     with pytest.raises(QuotaExceeded):
         await ledger.grant("team-a:2", 5, 1, 60)
     await ledger.grant("team-a:1", 5, 20, 60)  # expiries 20 on team-a:1 ends at 20

@@ -67,15 +67,18 @@ def _broken_changes() -> dict[str, list[Change]]:
 
     return {
         "entries-not-contiguous": [fine, acme((5, 0, 3, 4), [e1, e3])],
-        "entries-end-before-next-seq": [fine, acme((0, 0, 2, 5), [e1])],
+        "entries-end-before-next-sequence": [fine, acme((0, 0, 2, 5), [e1])],
         "entry-after-the-clock": [fine, acme((0, 0, 3, 3), [e1, e2])],
         "grant-not-made": [fine, acme((0, 0, 1, 2), [e1])],
-        "empty-batch": [fine, acme((0, 0, 2, 2), [e1], upserted_live_grants=[LiveGrant(1, 10, 0)])],
-        "expired-batch": [
+        "empty-live-grant": [
+            fine,
+            acme((0, 0, 2, 2), [e1], upserted_live_grants=[LiveGrant(1, 10, 0)]),
+        ],
+        "expired-live-grant": [
             fine,
             acme((0, 0, 2, 2), [e1], upserted_live_grants=[LiveGrant(1, 0, 5)]),
         ],
-        "batch-kept-and-removed": [
+        "live-grant-kept-and-removed": [
             fine,
             acme(
                 (0, 0, 2, 2),
@@ -84,7 +87,7 @@ def _broken_changes() -> dict[str, list[Change]]:
                 removed_grant_ids=[1],
             ),
         ],
-        "batch-kept-after-removal": [
+        "live-grant-kept-after-removal": [
             fine,
             acme((0, 0, 2, 2), [e1], removed_grant_ids=[1]),
             acme((0, 0, 2, 2), [], upserted_live_grants=[LiveGrant(1, 10, 5)]),

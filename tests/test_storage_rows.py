@@ -33,7 +33,7 @@ def test_encode_writes_each_account_once_with_its_newest_row() -> None:
     ]
 
 
-def test_encode_keeps_only_the_batches_alive_at_the_end_and_deletes_the_rest() -> None:
+def test_encode_keeps_only_the_live_grants_alive_at_the_end_and_deletes_the_rest() -> None:
     encoded = rows.encode([c for g in data.groups(NOW_S) for c in g])
     # acme's grant 2 was upserted twice, then used up: deleted, never written.
     assert sorted(encoded.live_grant_upserts) == [
@@ -63,7 +63,7 @@ def test_encode_writes_idempotency_records_by_scope() -> None:
 
 
 def test_a_change_without_entries_only_moves_its_row() -> None:
-    """A change may carry no entries (only state): its entry seq must not move."""
+    """A change may carry no entries (only state): its ``next_sequence`` must not move."""
     row = AccountRow("a", clock=0, debt=0, next_grant_id=2, next_sequence=1)
     encoded = rows.encode([Change(row, upserted_live_grants=[LiveGrant(1, 10, 1)])])
     assert encoded.entries == []

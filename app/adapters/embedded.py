@@ -347,9 +347,9 @@ class EmbeddedPort:
         async with slot.lock:
             fut = slot.durable
             remaining = 0
-            for batch in slot.state.tracker.live_grants():
-                if batch.grant_id == grant_id:
-                    remaining = batch.remaining
+            for live in slot.state.tracker.live_grants():
+                if live.grant_id == grant_id:
+                    remaining = live.remaining
         await self._await_durable(fut)
         entry = await self._store.read_grant_entry(account_id, grant_id)
         return grant_view_of(account_id, grant_id, entry, remaining)

@@ -25,8 +25,8 @@ GRANT_EXAMPLES: dict[str, Any] = {
     },
 }
 CONSUME_EXAMPLES: dict[str, Any] = {
-    "example1-draws-two-batches": {
-        "summary": "SPEC Example 1: 50 from the expiry-5 batch, 20 from expiry-10",
+    "example1-draws-from-two-grants": {
+        "summary": "SPEC Example 1: 50 from the expiry-5 grant, 20 from expiry-10",
         "value": {"amount": 70, "timestamp": 3},
     },
     "example1-into-debt": {

@@ -182,7 +182,7 @@ class GrantResponse(BalanceResponse):
     amount: Figure
     expiry: Figure
     settled_debt: Figure = Field(description="How much of the grant paid off debt.")
-    retained: Figure = Field(description="How much was kept as a batch with the expiry.")
+    retained: Figure = Field(description="How much was kept as a live grant with the expiry.")
 
 
 class AllocationItem(_Response):

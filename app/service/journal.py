@@ -121,7 +121,7 @@ def consume(
     )
     change = _change(account, entries)
     change.removed_grant_ids.extend(e.grant_id for e in result.expired)
-    _record_draws(change, tracker, result)
+    _record_allocation(change, tracker, result)
     receipt = ConsumptionReceipt(
         account_id=account.account_id,
         sequence=sequence,
@@ -213,7 +213,7 @@ def _expiration_entries(
 ) -> list[Entry]:
     entries: list[Entry] = []
     available = available_before
-    for e in expired:  # popped in (expiry, grant_seq) order
+    for e in expired:  # popped in (expiry, grant_id) order
         available -= e.amount
         entries.append(
             ExpirationEntry(
@@ -235,14 +235,14 @@ def _change(account: AccountState, entries: list[Entry]) -> Change:
     return Change(account=row, entries=entries)
 
 
-def _record_draws(change: Change, tracker: GPUCreditTracker, result: ConsumeResult) -> None:
+def _record_allocation(change: Change, tracker: GPUCreditTracker, result: ConsumeResult) -> None:
     if not result.allocation:
         return
     # Every grant drawn from is used up, except possibly the last one, which a partial draw
     # leaves first in the consumption order with its key unchanged.
     first = tracker.first_live_grant()
-    for draw in result.allocation:
-        if first is not None and draw.grant_id == first.grant_id:
+    for part in result.allocation:
+        if first is not None and part.grant_id == first.grant_id:
             change.upserted_live_grants.append(first)
         else:
-            change.removed_grant_ids.append(draw.grant_id)
+            change.removed_grant_ids.append(part.grant_id)

@@ -17,7 +17,7 @@ Three backends, two ways of writing, one interface for everything else:
   its accounts, reads what its cache lacks and writes the same ``Change`` records.
 
 A ``Change`` is everything one operation did to one account: the account's new row, the
-batches it added, updated or removed, the ledger entries it appended and, when the request
+live grants it added, updated or removed, the ledger entries it appended and, when the request
 carried one, its idempotency record. ``app.storage.rows`` checks changes and turns them into
 rows, for every backend that has rows.
 """
@@ -143,7 +143,7 @@ class AccountState:
     account_id: str
     clock: int
     debt: int
-    available: int  # sum of the live batches: a balance read needs no batch rows
+    available: int  # sum of the live grants: a balance read needs no live-grant rows
     next_grant_id: int
     next_sequence: int
     version: int  # bumped by every committed write: tells caches they are stale
@@ -212,11 +212,11 @@ class StorageBackend(Protocol):
         ...
 
     async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
-        """Up to ``limit`` committed entries of the account with seq > ``after_seq``."""
+        """Up to ``limit`` committed entries of the account with sequence > ``after_sequence``."""
         ...
 
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
-        """The committed grant entry of ``grant_seq``, if any."""
+        """The committed grant entry of ``grant_id``, if any."""
         ...
 
     async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
@@ -227,7 +227,7 @@ class StorageBackend(Protocol):
         ...
 
     async def read_account_state(self, account_id: str) -> LoadedAccount | None:
-        """The account's committed row and live batches (in grant order), from one
+        """The account's committed row and live grants (in grant order), from one
         snapshot; None for an account never written."""
         ...
 
@@ -322,5 +322,5 @@ class TransactionalStore(StorageBackend, Protocol):
     async def read_live_grants(
         self, account_id: str
     ) -> tuple[AccountState | None, list[LiveGrant]]:
-        """The account and its live batches in consumption order, from one snapshot."""
+        """The account and its live grants in consumption order, from one snapshot."""
         ...

@@ -3,7 +3,7 @@ process (``close`` forgets everything); ``submit`` completes on the next loop tu
 there is no disk to wait for.
 
 It keeps what the other backends keep, so that the one storage contract holds for it too:
-entries, account rows, live batches and idempotency records. A group is checked whole before
+entries, account rows, live grants and idempotency records. A group is checked whole before
 any of it is applied, so it is all or nothing like a transaction; a group that fails its
 checks fails this store for good, as a failed commit fails the SQLite one.
 """
@@ -44,7 +44,7 @@ class MemoryStore:
         self._entries: dict[str, list[Entry]] = {}
         self._grant_entries: dict[tuple[str, int], Entry] = {}
         self._accounts: dict[str, AccountRow] = {}
-        self._batches: dict[str, dict[int, LiveGrant]] = {}
+        self._live_grants: dict[str, dict[int, LiveGrant]] = {}
         # Dropped by the ledger's hourly prune: at most the keys of the retention period
         # and one sweep interval.
         self._keys: dict[tuple[str, str], IdempotencyRecord] = {}
@@ -104,9 +104,9 @@ class MemoryStore:
             entries.append(entry)
             if isinstance(entry, GrantEntry):
                 self._grant_entries[(account_id, entry.grant_id)] = entry
-        live_grants = self._batches.setdefault(account_id, {})
-        for batch in change.upserted_live_grants:
-            live_grants[batch.grant_id] = batch
+        live_grants = self._live_grants.setdefault(account_id, {})
+        for live in change.upserted_live_grants:
+            live_grants[live.grant_id] = live
         for grant_id in change.removed_grant_ids:
             live_grants.pop(grant_id, None)
         record = change.idempotency
@@ -126,7 +126,7 @@ class MemoryStore:
         return MigrationStatus(applied=(), known=())
 
     async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
-        # seq is 1-based and contiguous, so entry seq s sits at index s - 1.
+        # sequence is 1-based and contiguous, so entry sequence s sits at index s - 1.
         return self._entries.get(account_id, [])[after_sequence : after_sequence + limit]
 
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
@@ -143,7 +143,7 @@ class MemoryStore:
         row = self._accounts.get(account_id)
         if row is None:
             return None
-        live_grants = tuple(b for _, b in sorted(self._batches.get(account_id, {}).items()))
+        live_grants = tuple(b for _, b in sorted(self._live_grants.get(account_id, {}).items()))
         state = TrackerState(row.clock, row.debt, row.next_grant_id, live_grants)
         return LoadedAccount(state, row.next_sequence)
 

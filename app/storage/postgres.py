@@ -8,7 +8,7 @@ Why it is shaped this way (the embedded backends are different on purpose):
   accounts never wait for each other, and the journal (``entries``), the state rows and the
   idempotency record commit together or not at all.
 - Each process keeps a cache of trackers tagged with the row's ``version``. A write that finds
-  the version it cached skips loading the account's batches; any other version (another
+  the version it cached skips loading the account's live grants; any other version (another
   process wrote) reloads them. So one process on a hot account stays O(log n) per operation.
 - Schema changes are versioned migrations, applied at startup (or by ``gpu-credits migrate``)
   under an advisory lock, so several processes starting together migrate once. Tables and
@@ -453,7 +453,7 @@ class PostgresStore:
         self, account_id: str, timestamp: int
     ) -> tuple[AccountState, tuple[int, int]] | None:
         """The account and its (available, debt) at ``timestamp``, changing nothing: the
-        projection from its live batches at or after its clock, the stored history before
+        projection from its live grants at or after its clock, the stored history before
         it. None for an unknown account."""
         async with self._connection() as conn:
             row = await conn.fetchrow(
@@ -477,7 +477,7 @@ class PostgresStore:
     async def read_live_grants(
         self, account_id: str
     ) -> tuple[AccountState | None, list[LiveGrant]]:
-        """The account and its live batches in consumption order, from one snapshot."""
+        """The account and its live grants in consumption order, from one snapshot."""
         async with (
             self._connection() as conn,
             conn.transaction(isolation="repeatable_read", readonly=True),

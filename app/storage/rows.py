@@ -5,10 +5,10 @@ The schema is one schema: both databases have the tables and columns below, with
 names and meanings (each in its own types: ``details`` is TEXT in SQLite and jsonb in
 PostgreSQL). What only one backend needs is listed in ``BACKEND_ONLY_COLUMNS`` with why.
 
-Batches of a group are written as every surviving upsert, then every delete, whatever order
-the changes made them in. That is the end state of applying the changes one by one, because
-a grant's batch, once removed (used up or expired), never comes back: ``check_changes``
-asserts it. So a batch upserted several times is written once with its newest
+Live grants of a group are written as every surviving upsert, then every delete, whatever
+order the changes made them in. That is the end state of applying the changes one by one,
+because a live grant, once removed (used up or expired), never comes back: ``check_changes``
+asserts it. So a live grant upserted several times is written once with its newest
 ``remaining``, and one upserted and then removed within the group is only deleted.
 """
 
@@ -145,11 +145,11 @@ def check_changes(changes: Sequence[Change]) -> None:
 
     Per change: the account row is in range; its entries are contiguous, end just before
     its ``next_sequence``, have known kinds, and timestamps that never decrease and never
-    pass its clock; each upserted batch belongs to a grant already made, has credits left
-    and expires after the clock; no batch is both upserted and removed, or named twice;
-    an idempotency record carries its body. Across the group, per account, in order: the
-    entries go on where the previous change's ended, the clock never goes back, and a
-    removed batch is never upserted again.
+    pass its clock; each upserted live grant belongs to a grant already made, has credits
+    left and expires after the clock; no live grant is both upserted and removed, or named
+    twice; an idempotency record carries its body. Across the group, per account, in order:
+    the entries go on where the previous change's ended, the clock never goes back, and a
+    removed live grant is never upserted again.
     """
     newest: dict[str, AccountRow] = {}
     last_timestamp: dict[str, int] = {}
@@ -160,14 +160,12 @@ def check_changes(changes: Sequence[Change]) -> None:
         assert account_id, "a change names its account"
         assert a.clock >= 0, f"{account_id}: clock {a.clock} < 0"
         assert a.debt >= 0, f"{account_id}: debt {a.debt} < 0"
-        assert a.next_grant_id >= 1, f"{account_id}: grant seqs start at 1"
+        assert a.next_grant_id >= 1, f"{account_id}: grant ids start at 1"
         assert a.next_sequence >= 1, f"{account_id}: entry sequences start at 1"
         before = newest.get(account_id)
         if before is not None:
             assert a.clock >= before.clock, f"{account_id}: the clock went back"
-            assert a.next_grant_id >= before.next_grant_id, (
-                f"{account_id}: grant sequence went back"
-            )
+            assert a.next_grant_id >= before.next_grant_id, f"{account_id}: next grant id went back"
             assert a.next_sequence == before.next_sequence + len(change.entries), (
                 f"{account_id}: entries do not go on where the previous change's ended"
             )
@@ -177,8 +175,8 @@ def check_changes(changes: Sequence[Change]) -> None:
         for grant_id in change.removed_grant_ids:
             key = (account_id, grant_id)
             assert 1 <= grant_id < a.next_grant_id, f"{account_id}: no grant {grant_id}"
-            assert grant_id not in upserted, f"{account_id}: batch {grant_id} kept and removed"
-            assert key not in removed, f"{account_id}: batch {grant_id} removed twice"
+            assert grant_id not in upserted, f"{account_id}: live grant {grant_id} kept and removed"
+            assert key not in removed, f"{account_id}: live grant {grant_id} removed twice"
             removed.add(key)
         r = change.idempotency
         if r is not None:
@@ -223,11 +221,11 @@ def _check_live_grants(change: Change, removed: set[tuple[str, int]]) -> set[int
     upserted: set[int] = set()
     for b in change.upserted_live_grants:
         assert 1 <= b.grant_id < a.next_grant_id, f"{account_id}: no grant {b.grant_id}"
-        assert b.remaining > 0, f"{account_id}: batch {b.grant_id} has nothing left"
-        assert b.expiry > a.clock, f"{account_id}: batch {b.grant_id} expired at {b.expiry}"
-        assert b.grant_id not in upserted, f"{account_id}: batch {b.grant_id} upserted twice"
+        assert b.remaining > 0, f"{account_id}: live grant {b.grant_id} has nothing left"
+        assert b.expiry > a.clock, f"{account_id}: live grant {b.grant_id} expired at {b.expiry}"
+        assert b.grant_id not in upserted, f"{account_id}: live grant {b.grant_id} upserted twice"
         assert (account_id, b.grant_id) not in removed, (
-            f"{account_id}: batch {b.grant_id} upserted after it was removed"
+            f"{account_id}: live grant {b.grant_id} upserted after it was removed"
         )
         upserted.add(b.grant_id)
     return upserted

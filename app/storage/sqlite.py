@@ -10,7 +10,7 @@ Why it is shaped this way:
 - All or nothing: every group is one transaction; on any error it is rolled back, every
   waiting future fails with ``StorageError``, and so does every later submit (memory has run
   ahead of disk, so the process must restart and reload).
-- Bounded startup: state rows (``accounts``, ``batches``) are updated in the same transaction
+- Bounded startup: state rows (``accounts``, ``live_grants``) are updated in the same transaction
   as the journal (``entries``), so startup reads state, never replays history.
 - Reads of history use a second connection on a reader thread; WAL lets them run while the
   writer commits, and they only see committed data.
@@ -312,7 +312,7 @@ class SqliteStore:
             )
             state.accounts[account_id] = LoadedAccount(tracker_state, next_sequence)
         if live_grants:
-            raise StorageError(f"batches without an account row: {sorted(live_grants)[:5]}")
+            raise StorageError(f"live grants without an account row: {sorted(live_grants)[:5]}")
         # Bodies stay on disk (read back on a replay): startup time and memory then grow
         # with the number of keys, not with the size of their answers.
         for row in conn.execute(
@@ -532,8 +532,8 @@ class SqliteStore:
 
     def _write(self, changes: list[Change]) -> None:
         """One transaction for the whole group, one executemany per statement: far fewer
-        calls into SQLite than one per change (``app.storage.rows`` says why the batches
-        may be written in any order)."""
+        calls into SQLite than one per change (``app.storage.rows`` says why the live
+        grants may be written in any order)."""
         conn = self._write_conn
         assert conn is not None, "store is not open"
         group = rows.encode(changes)  # asserts the changes' invariants first

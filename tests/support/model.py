@@ -3,12 +3,12 @@
 It is SPEC section 1, the ledger's entry format and section 3's reads, written as plainly as
 possible, so that a disagreement with the service points at the service:
 
-- live credits are a list of ``[expiry, grant_id, remaining]`` batches in no particular
-  order; the next batch to draw from is found by sorting, the expired ones by filtering;
+- live credits are a list of ``[expiry, grant_id, remaining]`` live grants in no particular
+  order; the next one to draw from is found by sorting, the expired ones by filtering;
 - a call is checked completely before anything changes: a rejected call (``Rejected``, of
   kind "invalid", "regression" or "overflow") changes nothing, not even the clock;
-- a write (``grant``, ``consume``) first records an ``expiration`` entry for every batch
-  expired by its timestamp, in (expiry, grant) order, then its own entry, and returns the
+- a write (``grant``, ``consume``) first records an ``expiration`` entry for every live
+  grant expired by its timestamp, in (expiry, grant) order, then its own entry, and returns the
   body the service answers: the account id and that entry without its ``kind``;
 - ``read_balance(T)`` is the HTTP read, which is safe: at or after the clock the projected
   state at ``T``, before it the totals after the last entry at or before ``T`` (zeros before
@@ -28,8 +28,8 @@ RejectionKind = Literal["invalid", "regression", "overflow"]
 
 
 class Rejected(Exception):
-    """The model refuses a call. ``evicting``: batches would have expired had the call been
-    accepted (a rejected call must not expire them)."""
+    """The model refuses a call. ``evicting``: live grants would have expired had the call
+    been accepted (a rejected call must not expire them)."""
 
     def __init__(self, kind: RejectionKind, *, evicting: bool = False) -> None:
         super().__init__(kind)
@@ -50,7 +50,7 @@ class Account:
     next_grant_id: int = 1
     held: list[list[int]] = field(default_factory=list)  # [expiry, grant_id, remaining]
     entries: list[JSON] = field(default_factory=list)  # the ledger, as GET .../ledger lists it
-    # (grant_id, expiry, amount) of the batches the latest accepted call expired
+    # (grant_id, expiry, amount) of the live grants the latest accepted call expired
     expired: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
@@ -113,13 +113,13 @@ class Account:
         self._move_clock(timestamp)
         allocation: list[JSON] = []
         left = consumed
-        for batch in self.in_consumption_order():
+        for live in self.in_consumption_order():
             if not left:
                 break
-            take = min(left, batch[2])
-            batch[2] -= take
+            take = min(left, live[2])
+            live[2] -= take
             left -= take
-            allocation.append({"grant_id": batch[1], "expiry": batch[0], "amount": take})
+            allocation.append({"grant_id": live[1], "expiry": live[0], "amount": take})
         self.held = [b for b in self.held if b[2] > 0]
         self.debt += debt_added
         return self._write(
@@ -146,7 +146,7 @@ class Account:
         return self._view(timestamp, available, debt)
 
     def live_grants(self) -> JSON:
-        """``GET .../grants``: the state at the clock and the live batches in consumption
+        """``GET .../grants``: the state at the clock and the live grants in consumption
         order."""
         grants = [
             {"grant_id": g, "expiry": e, "remaining": r} for e, g, r in self.in_consumption_order()

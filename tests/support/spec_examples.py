@@ -104,7 +104,7 @@ EXAMPLE_1 = Example(
                settled_debt=0, retained=100),
         _grant(50, 2, 5, grant_id=2, sequence=2, balance=150, available=150, debt=0,
                settled_debt=0, retained=50),
-        # 50 from the expiry-5 batch, 20 from expiry-10 (80 left)
+        # 50 from the expiry-5 grant, 20 from expiry-10 (80 left)
         _consume(70, 3, 0, sequence=3, balance=80, available=80, consumed=70, debt_added=0,
                  allocation=[{"grant_id": 2, "expiry": 5, "amount": 50},
                              {"grant_id": 1, "expiry": 10, "amount": 20}]),
