@@ -46,12 +46,12 @@ def is_loopback(host: str) -> bool:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    overrides: dict[str, object] = {
+    overrides: dict[str, Any] = {
         k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None
     }
     if args.insecure_no_auth:
         overrides["allow_unauthenticated"] = True
-    settings = Settings(**overrides)  # type: ignore[arg-type]
+    settings = Settings(**overrides)
     _configure_logging(settings)
     has_keys = len(load_records(settings.keys_path)) > 0
     if not has_keys and not is_loopback(settings.host):
