@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -48,16 +48,13 @@ class RequestLimits:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        refusal = self._check_head(scope)
+        head = _scan_head(scope)
+        refusal = self._refusal_of(head)
         if refusal is not None:
             await self._respond(scope, send, *refusal)
             return
-        framing = _body_framing(scope)
-        if not isinstance(framing, _Framing):
-            await self._respond(scope, send, *framing)
-            return
-        content_length = framing.content_length
-        if content_length is None and not framing.chunked:
+        content_length = head.content_length
+        if content_length is None and not head.chunked:
             await self.app(scope, receive, send)  # no body: nothing to bound or wait for
             return
         cap = self.body_cap_for_path(scope["path"]) if self.body_cap_for_path else 0
@@ -79,17 +76,15 @@ class RequestLimits:
 
         await self.app(scope, replay, send)
 
-    def _check_head(self, scope: Scope) -> tuple[ProblemType, str] | None:
+    def _refusal_of(self, head: _Head) -> tuple[ProblemType, str] | None:
         """The URL and header caps (a second line: the HTTP protocol enforces them as bytes
-        arrive)."""
-        url_bytes = len(scope.get("raw_path") or scope["path"].encode()) + len(
-            scope.get("query_string", b"")
-        )
-        if url_bytes > self.max_url_bytes:
+        arrive), and a Content-Length that is not one byte count."""
+        if head.url_bytes > self.max_url_bytes:
             return URL_TOO_LONG, f"{self.max_url_bytes} bytes"
-        header_bytes = sum(len(name) + len(value) + 4 for name, value in scope["headers"])
-        if header_bytes > self.max_header_bytes:
+        if head.header_bytes > self.max_header_bytes:
             return HEADERS_TOO_LARGE, f"{self.max_header_bytes} bytes"
+        if head.length_problem is not None:
+            return BAD_LENGTH, head.length_problem
         return None
 
     async def _read_body(
@@ -130,25 +125,37 @@ class RequestLimits:
         await response(scope, no_body, send)
 
 
-@dataclass(frozen=True, slots=True)
-class _Framing:
+class _Head(NamedTuple):
+    """What the limits need of a request's head, read in one pass over its headers (this
+    runs for every request)."""
+
+    url_bytes: int
+    header_bytes: int
     content_length: int | None
     chunked: bool
+    length_problem: str | None  # why the Content-Length is refused, if it is
 
 
-def _body_framing(scope: Scope) -> _Framing | tuple[ProblemType, str]:
-    """How the request's body is framed, or the refusal of a bad Content-Length."""
-    content_length: bytes | None = None
+def _scan_head(scope: Scope) -> _Head:
+    url_bytes = len(scope.get("raw_path") or scope["path"].encode()) + len(
+        scope.get("query_string", b"")
+    )
+    header_bytes = 0
+    raw_length: bytes | None = None
     chunked = False
+    problem: str | None = None
     for name, value in scope["headers"]:
+        header_bytes += len(name) + len(value) + 4
         if name == b"content-length":
-            if content_length is not None and content_length != value:
-                return BAD_LENGTH, "conflicting values"
-            content_length = value
+            if raw_length is not None and raw_length != value:
+                problem = "conflicting values"
+            raw_length = value
         elif name == b"transfer-encoding":
             chunked = True
-    if content_length is None:
-        return _Framing(None, chunked)
-    if not content_length.isdigit() or len(content_length) > 18:
-        return BAD_LENGTH, "not a byte count"
-    return _Framing(int(content_length), chunked)
+    content_length = None
+    if raw_length is not None and problem is None:
+        if raw_length.isdigit() and len(raw_length) <= 18:
+            content_length = int(raw_length)
+        else:
+            problem = "not a byte count"
+    return _Head(url_bytes, header_bytes, content_length, chunked, problem)
