@@ -4,6 +4,10 @@
   (uvloop event loop, httptools parser).
 - ``gpu-credits keys create --name N --scope S [--scope S] [--account-prefix P]``: make an API
   key, print it once, store only its hash. ``keys list`` and ``keys revoke KEY_ID`` manage them.
+- ``gpu-credits migrate``: apply the configured database's pending schema migrations (the
+  service also applies them when it starts). ``migrate --status`` only says where the
+  database stands: exit 0 when its schema is current, 1 when migrations are pending, 2 when
+  this release cannot tell or cannot use it (unreachable, or migrated by a newer release).
 
 Secure by default: with no API key configured, ``serve`` refuses to listen on anything but
 loopback unless ``--insecure-no-auth`` (or GPU_CREDITS_ALLOW_UNAUTHENTICATED=true) says so.
@@ -16,6 +20,7 @@ import asyncio
 import ipaddress
 import logging
 import sys
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +30,8 @@ from app.api.http_protocol import protocol_factory
 from app.keys import Scope, create_key, load_records, revoke_key
 from app.main import create_app
 from app.settings import Settings
+from app.storage import location, open_store
+from app.storage.base import MigrationStatus
 
 log = logging.getLogger("app.cli")
 
@@ -39,12 +46,12 @@ def is_loopback(host: str) -> bool:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    overrides: dict[str, object] = {
+    overrides: dict[str, Any] = {
         k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None
     }
     if args.insecure_no_auth:
         overrides["allow_unauthenticated"] = True
-    settings = Settings(**overrides)  # type: ignore[arg-type]
+    settings = Settings(**overrides)
     _configure_logging(settings)
     has_keys = len(load_records(settings.keys_path)) > 0
     if not has_keys and not is_loopback(settings.host):
@@ -181,7 +188,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="worker processes (more than 1 needs storage=postgres)",
     )
 
-    commands.add_parser("migrate", help="apply database migrations (postgres) and exit")
+    migrate = commands.add_parser(
+        "migrate", help="apply the database's pending schema migrations and exit"
+    )
+    migrate.add_argument(
+        "--status",
+        action="store_true",
+        help="only show the schema version, the known and the pending migrations "
+        "(exit 0: current, 1: pending, 2: cannot tell or too new)",
+    )
 
     keys = commands.add_parser("keys", help="manage API keys")
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
@@ -217,29 +232,71 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         return _serve(args)
     if args.command == "migrate":
-        return _migrate()
+        return _migrate(args.status)
     return _keys(args)
 
 
-def _migrate() -> int:
+EXIT_PENDING = 1
+EXIT_CANNOT = 2
+
+
+def _migrate(status_only: bool) -> int:
+    """``gpu-credits migrate [--status]``: see the module docstring for the exit codes."""
     settings = Settings()
-    if settings.storage != "postgres":
-        print(f"storage={settings.storage} has no migrations to apply", file=sys.stderr)
+    where = location(settings)
+    if settings.storage == "memory":
+        print(f"storage: {where} (keeps nothing on disk: no schema, nothing to migrate)")
         return 0
-    import asyncpg
-
-    from app.storage.postgres import migrate
-
-    async def run() -> list[int]:
-        conn = await asyncpg.connect(settings.database_url_value())
-        try:
-            return await migrate(conn)
-        finally:
-            await conn.close()
-
-    applied = asyncio.run(run())
+    store = open_store(settings)
+    try:
+        status = asyncio.run(store.migration_status())
+    except Exception as exc:  # unreachable, unreadable: say so without a traceback
+        print(f"cannot read the schema of {where}: {_safe(exc, settings)}", file=sys.stderr)
+        return EXIT_CANNOT
+    if status_only:
+        return _print_status(where, status)
+    if status.newer_than_known:
+        _print_status(where, status)
+        return EXIT_CANNOT
+    if not status.pending:
+        # Checked first so that a running service (which holds the SQLite file and has
+        # applied everything when it started) is no obstacle to finding nothing to do.
+        print("applied migrations: none, the schema is current", file=sys.stderr)
+        return 0
+    try:
+        applied = asyncio.run(store.migrate())
+    except Exception as exc:
+        print(f"cannot migrate {where}: {_safe(exc, settings)}", file=sys.stderr)
+        return EXIT_CANNOT
     print(f"applied migrations: {applied or 'none, the schema is current'}", file=sys.stderr)
     return 0
+
+
+def _print_status(where: str, status: MigrationStatus) -> int:
+    def versions(vs: tuple[int, ...]) -> str:
+        return ", ".join(map(str, vs)) or "none"
+
+    print(f"storage: {where}")
+    print(f"schema version: {status.current}" + (" (empty database)" if not status.current else ""))
+    print(f"known to this release: {versions(status.known)}")
+    if status.newer_than_known:
+        print(
+            f"pending: cannot tell: version {status.current} is newer than this release "
+            "knows; upgrade gpu-credits"
+        )
+        return EXIT_CANNOT
+    print(f"pending: {versions(status.pending)}")
+    return EXIT_PENDING if status.pending else 0
+
+
+def _safe(exc: Exception, settings: Settings) -> str:
+    """An error message with the database password taken out, should the driver quote it."""
+    text = f"{exc}" or type(exc).__name__
+    if settings.storage == "postgres":
+        secret = urllib.parse.urlsplit(settings.database_url_value()).password
+        if secret:
+            text = text.replace(secret, "***")
+    return text
 
 
 if __name__ == "__main__":

@@ -8,20 +8,24 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI
 
-from app.api import problems
+from app.adapters.embedded import EmbeddedPort
+from app.api import problems, render
 from app.api.auth import Authenticator
 from app.api.limits import RequestLimits
 from app.api.openapi import build_openapi
 from app.api.routes import BATCH_PATH, router
 from app.keys import tenant_quotas
-from app.ledger import Ledger
+from app.service.ledger import Ledger
+from app.service.limits import Limits
 from app.settings import Settings
 from app.storage import open_store
+from app.storage.base import EmbeddedJournal
 
 VERSION = "1.0.0"
 DESCRIPTION = """\
@@ -39,16 +43,27 @@ STORAGE_CHECK_INTERVAL_S = 1.0
 
 
 def build_ledger(settings: Settings) -> Ledger:
-    """The ledger service over the backend the settings name: the embedded ones (memory,
-    sqlite) behind ``Ledger``, the shared one (postgres) behind ``SharedLedger``."""
-    if settings.storage == "postgres":
-        from app.shared_ledger import SharedLedger  # loads asyncpg only when used
-        from app.storage.postgres import PostgresStore
+    """The one service over the adapter for the backend the settings name: embedded
+    (memory, sqlite) or shared (postgres)."""
+    limits = settings.limits()
+    store = open_store(settings)
+    if isinstance(store, EmbeddedJournal):
+        return embedded_ledger(store, limits)
+    from app.adapters.postgres import PostgresPort  # loads asyncpg only when used
 
-        url = settings.database_url_value()
-        store = PostgresStore(url, settings.pg_min_connections, settings.pg_max_connections)
-        return SharedLedger(store, settings.limits())
-    return Ledger(open_store(settings.storage, settings.sqlite_path), settings.limits())
+    return Ledger(PostgresPort(store, limits), render.encode_answer, limits)
+
+
+def embedded_ledger(
+    store: EmbeddedJournal,
+    limits: Limits | None = None,
+    wall_clock_s: Callable[[], float] = time.time,
+) -> Ledger:
+    """The service over an embedded store (memory, sqlite), answers encoded as the API
+    sends them: what ``serve`` runs, for benchmarks and tests that skip HTTP."""
+    limits = limits or Limits()
+    port = EmbeddedPort(store, limits, wall_clock_s)
+    return Ledger(port, render.encode_answer, limits, wall_clock_s)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -123,7 +138,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def _tune_gc() -> None:
-    """The ledger keeps many small long-lived objects (trackers, batches) and every request
+    """The ledger keeps many small long-lived objects (trackers, live grants) and every request
     makes short-lived ones. With CPython's default thresholds the cyclic collector runs
     every 700 allocations and rescans the long-lived ones: a third of a batch's time in the
     profile. Freeze what startup loaded and collect the young generation less often; the

@@ -12,8 +12,10 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.ledger import Limits
 from app.quotas import Quota
+from app.service.limits import DEFAULT_TENANT_QUOTA, Limits
+
+_LIMITS = Limits()
 
 
 class Settings(BaseSettings):
@@ -46,15 +48,22 @@ class Settings(BaseSettings):
         description="Serve without API keys on a non-loopback address (warns loudly).",
     )
     # -- limits: every one bounds memory, time or blast radius; see README "Limits" --------
-    max_accounts: int = Field(1_000_000, ge=1, le=10**8, description="Accounts held.")
+    # The service's bounds take their defaults from app.service.limits, where they are defined.
+    max_accounts: int = Field(_LIMITS.max_accounts, ge=1, le=10**8, description="Accounts held.")
     max_live_grants_per_account: int = Field(
-        10_000, ge=1, le=1_000_000, description="Live (unexpired, unused) grants per account."
+        _LIMITS.max_live_grants_per_account,
+        ge=1,
+        le=1_000_000,
+        description="Live (unexpired, unused) grants per account.",
     )
     max_idempotency_keys: int = Field(
-        1_000_000, ge=1, le=10**8, description="Idempotency-Keys held within their retention."
+        _LIMITS.max_idempotency_keys,
+        ge=1,
+        le=10**8,
+        description="Idempotency-Keys held within their retention.",
     )
     max_live_grants: int = Field(
-        10_000_000,
+        _LIMITS.max_live_grants,
         ge=1,
         le=10**9,
         description=(
@@ -63,13 +72,22 @@ class Settings(BaseSettings):
         ),
     )
     tenant_max_accounts: int = Field(
-        100_000, ge=1, le=10**8, description="Accounts per tenant (API key account prefix)."
+        DEFAULT_TENANT_QUOTA.max_accounts,
+        ge=1,
+        le=10**8,
+        description="Accounts per tenant (API key account prefix).",
     )
     tenant_max_live_grants: int = Field(
-        1_000_000, ge=1, le=10**9, description="Live grants per tenant (embedded backends)."
+        DEFAULT_TENANT_QUOTA.max_live_grants,
+        ge=1,
+        le=10**9,
+        description="Live grants per tenant (embedded backends).",
     )
     tenant_max_idempotency_keys: int = Field(
-        100_000, ge=1, le=10**8, description="Idempotency-Keys per tenant (embedded backends)."
+        DEFAULT_TENANT_QUOTA.max_idempotency_keys,
+        ge=1,
+        le=10**8,
+        description="Idempotency-Keys per tenant (embedded backends).",
     )
     max_body_bytes: int = Field(
         64 * 1024, ge=1024, le=64 * 1024 * 1024, description="Largest request body (413)."

@@ -5,11 +5,11 @@ one process, one after the other, and reported as ratios, because the machines a
 and noisy: an absolute ops/s figure means little, a ratio measured in the same run does.
 
 Workload (deterministic, seeded): ``live`` grants with spread-out expiries build up the live
-batches, then mixed calls (grants, consumptions of a few batches' worth, balance reads) with a
-clock that creeps forward so batches keep expiring, until ``calls`` calls in all.
+grants, then mixed calls (grants, consumptions of a few live grants' worth, balance reads) with
+a clock that creeps forward so live grants keep expiring, until ``calls`` calls in all.
 
-- naive: a list of batches; every consumption scans for the earliest expiry and every balance
-  read sums the list. O(n) per call, so it is measured at 10^4 live batches only.
+- naive: a list of live grants; every consumption scans for the earliest expiry and every balance
+  read sums the list. O(n) per call, so it is measured at 10^4 live grants only.
 - bare heapq: the same call sequence as plain ``heappush``/``heappop``/peek on tuples, the floor
   for a heap-based design in CPython.
 """
@@ -43,7 +43,7 @@ def make_calls(calls: int, live: int, seed: int = 7) -> list[Call]:
     out: list[Call] = []
     now = 0
     horizon = live * 10
-    for _ in range(live):  # build up the live batches
+    for _ in range(live):  # build up the live grants
         out.append(
             Call("grant", rng.randint(1, 1000), now, now + rng.randint(horizon, 2 * horizon))
         )
@@ -63,33 +63,33 @@ class NaiveTracker:
     """Obviously correct and O(n): the baseline the heap design must beat."""
 
     def __init__(self) -> None:
-        self.batches: list[list[int]] = []  # [expiry, seq, remaining]
+        self.live_grants: list[list[int]] = []  # [expiry, sequence, remaining]
         self.debt = 0
-        self.seq = 0
+        self.sequence = 0
 
     def grant(self, amount: int, timestamp: int, expiry: int) -> None:
-        self.batches = [b for b in self.batches if b[0] > timestamp]
+        self.live_grants = [b for b in self.live_grants if b[0] > timestamp]
         settled = min(amount, self.debt)
         self.debt -= settled
         if amount > settled:
-            self.seq += 1
-            self.batches.append([expiry, self.seq, amount - settled])
+            self.sequence += 1
+            self.live_grants.append([expiry, self.sequence, amount - settled])
 
     def consume(self, amount: int, timestamp: int) -> int:
-        self.batches = [b for b in self.batches if b[0] > timestamp]
-        while amount and self.batches:
-            first = min(self.batches)
+        self.live_grants = [b for b in self.live_grants if b[0] > timestamp]
+        while amount and self.live_grants:
+            first = min(self.live_grants)
             take = min(first[2], amount)
             first[2] -= take
             amount -= take
             if first[2] == 0:
-                self.batches.remove(first)
+                self.live_grants.remove(first)
         self.debt += amount
         return self.debt
 
     def get_balance(self, timestamp: int) -> int:
-        self.batches = [b for b in self.batches if b[0] > timestamp]
-        return sum(b[2] for b in self.batches) - self.debt
+        self.live_grants = [b for b in self.live_grants if b[0] > timestamp]
+        return sum(b[2] for b in self.live_grants) - self.debt
 
 
 def run_tracker(factory: Callable[[], object], calls: list[Call]) -> float:
@@ -111,12 +111,12 @@ def run_tracker(factory: Callable[[], object], calls: list[Call]) -> float:
 def run_bare_heapq(calls: list[Call]) -> float:
     heap: list[tuple[int, int, int]] = []
     push, pop = heapq.heappush, heapq.heappop
-    seq = 0
+    sequence = 0
     start = time.perf_counter()
     for c in calls:
         if c.kind == "grant":
-            seq += 1
-            push(heap, (c.expiry, seq, c.amount))
+            sequence += 1
+            push(heap, (c.expiry, sequence, c.amount))
         elif c.kind == "consume":
             if heap:
                 pop(heap)
@@ -148,16 +148,16 @@ def main() -> None:
     def line(name: str, n: int, seconds: float) -> str:
         return f"{name:<44} {n:>8} calls {seconds:8.3f} s {n / seconds:>12,.0f} ops/s"
 
-    print(line(f"core, {live_n} live batches", len(big), core_big))
+    print(line(f"core, {live_n} live grants", len(big), core_big))
     print(line(f"bare heapq loop, {live_n} live", len(big), bare_big))
-    print(line(f"core, {naive_live} live batches", len(small), core_small))
-    print(line(f"naive list scan, {naive_live} live batches", len(small), naive_small))
+    print(line(f"core, {naive_live} live grants", len(small), core_small))
+    print(line(f"naive list scan, {naive_live} live grants", len(small), naive_small))
     print(
-        f"speed-up over naive scan at {naive_live} live batches: "
+        f"speed-up over naive scan at {naive_live} live grants: "
         f"{naive_small / core_small:,.1f}x (target >= 50x)"
     )
     print(
-        f"cost relative to bare heapq loop at {live_n} live batches: "
+        f"cost relative to bare heapq loop at {live_n} live grants: "
         f"{core_big / bare_big:.2f}x (target <= 4x)"
     )
 

@@ -33,7 +33,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 
 import httpx
@@ -41,7 +40,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.server_process import ServerProcess, free_port
+from bench._procs import Server, free_port, wait_until_up
 
 ACCOUNTS = 1000
 FAR_EXPIRY = 10**15
@@ -270,17 +269,12 @@ def start_bare() -> tuple[subprocess.Popen[bytes], str]:
         cwd=ROOT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/openapi.json", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise TimeoutError("bare app did not start")
-        time.sleep(0.05)
+    try:
+        wait_until_up(f"{url}/openapi.json", proc, 30)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, url
 
 
 def main() -> None:
@@ -311,7 +305,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         for storage in ("memory", "sqlite"):
-            server = ServerProcess(Path(tmp) / storage, storage=storage)
+            server = Server(Path(tmp) / storage, storage=storage)
             server.start()
             try:
                 warm_up(server.base_url)

@@ -25,8 +25,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import importlib.util
 
-from tests.pg_server import start_postgres
-from tests.server_process import ServerProcess
+from bench._procs import Postgres, Server
 
 _spec = importlib.util.spec_from_file_location("bench_http", ROOT / "bench" / "http.py")
 assert _spec is not None
@@ -76,7 +75,8 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install -y wrk")
-    pg = start_postgres()
+    pg = Postgres()
+    pg.start()
     rows: list[str] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -84,7 +84,7 @@ def main() -> None:
                 url = pg.create_database(f"bench{processes}")
                 env = {"GPU_CREDITS_DATABASE_URL": url}
                 servers = [
-                    ServerProcess(Path(tmp) / f"p{processes}-{i}", storage="postgres", env=env)
+                    Server(Path(tmp) / f"p{processes}-{i}", storage="postgres", env=env)
                     for i in range(processes)
                 ]
                 for s in servers:

@@ -3,15 +3,16 @@ recorded operations (issue 3, item 3; target: 10 s or less).
 
 Run: ``python bench/restart.py`` (``--ops N``, ``--accounts N``, ``--quick`` for a smoke run).
 
-1. Build: drive the real ``app.ledger.Ledger`` on the real ``app.storage.sqlite.SqliteStore``
+1. Build: drive the real ``app.service.ledger.Ledger`` on the real
+   ``app.storage.sqlite.SqliteStore``
    in this process, so the database is exactly what the service writes. Every tick submits one
    operation per account concurrently (``asyncio.gather``), so the store's group commit packs a
    tick into a few transactions; per account, ticks run in order with rising timestamps.
-   Grants outnumber consumptions and expire far ahead, so every account keeps live batches;
+   Grants outnumber consumptions and expire far ahead, so every account keeps live grants;
    some grants expire on the way (expiration entries) and some consumptions run into debt.
    A fraction of the operations carries an ``Idempotency-Key`` (``--key-fraction``): keys are
    kept 24 hours, so a restart soon after the build has to load all of them.
-2. Measure: start the real server process (``tests.server_process.ServerProcess``, the
+2. Measure: start the real server process (``bench/_procs.py``, the
    console script, until ``/healthz`` is 200) on that data directory ``--runs`` times, check a
    sample of accounts answers what the build left, and stop it gracefully each time. Also
    time ``SqliteStore.open`` in process: the part of the start that grows with the data.
@@ -38,25 +39,17 @@ sys.path.sort(key=lambda p: Path(p or ".").resolve() == Path(__file__).resolve()
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
-from pydantic import TypeAdapter
 
-from app.ledger import (
-    ConsumptionReceipt,
-    GrantReceipt,
-    Idempotency,
-    Ledger,
-    Limits,
-    Replay,
-    fingerprint,
-)
+from app.main import embedded_ledger
+from app.service.idempotency import Idempotency, fingerprint
+from app.service.ledger import Replay
+from app.service.limits import Limits
+from app.service.results import ConsumptionReceipt, GrantReceipt
 from app.settings import Settings
 from app.storage.sqlite import SqliteStore
-from tests.server_process import ServerProcess
+from bench._procs import Server
 
 IDEMPOTENCY_TTL_S = 24 * 3600.0
-# The stored response bodies, rendered as the routes render them.
-_GRANT_JSON: TypeAdapter[GrantReceipt] = TypeAdapter(GrantReceipt)
-_CONSUME_JSON: TypeAdapter[ConsumptionReceipt] = TypeAdapter(ConsumptionReceipt)
 TARGET_STARTUP_S = 10.0
 
 
@@ -74,7 +67,7 @@ def account_id(i: int) -> str:
 async def build(path: Path, ops: int, accounts: int, key_fraction: float, seed: int) -> BuildStats:
     started = time.perf_counter()
     store = SqliteStore(path)
-    ledger = Ledger(store, Limits(idempotency_ttl_s=IDEMPOTENCY_TTL_S))
+    ledger = embedded_ledger(store, Limits(idempotency_ttl_s=IDEMPOTENCY_TTL_S))
     await ledger.start()
     rng = random.Random(seed)
     ticks = -(-ops // accounts)  # ceil
@@ -90,7 +83,7 @@ async def build(path: Path, ops: int, accounts: int, key_fraction: float, seed: 
             idem = None
             if key is not None:
                 body = {"amount": amount, "timestamp": tick, "expiry": expiry}
-                idem = Idempotency(key, fingerprint("grant", aid, body), 201, _GRANT_JSON.dump_json)
+                idem = Idempotency(key, fingerprint("grant", aid, body))
             result: GrantReceipt | ConsumptionReceipt | Replay = await ledger.grant(
                 aid, amount, tick, expiry, idem
             )
@@ -99,9 +92,7 @@ async def build(path: Path, ops: int, accounts: int, key_fraction: float, seed: 
             idem = None
             if key is not None:
                 body = {"amount": amount, "timestamp": tick}
-                idem = Idempotency(
-                    key, fingerprint("consume", aid, body), 200, _CONSUME_JSON.dump_json
-                )
+                idem = Idempotency(key, fingerprint("consume", aid, body))
             result = await ledger.consume(aid, amount, tick, idem)
         assert not isinstance(result, Replay)
 
@@ -121,7 +112,7 @@ def db_facts(path: Path) -> dict[str, int]:
     try:
         facts = {
             table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            for table in ("accounts", "batches", "entries", "idempotency")
+            for table in ("accounts", "live_grants", "entries", "idempotency")
         }
         for kind, count in conn.execute("SELECT kind, count(*) FROM entries GROUP BY kind"):
             facts[kind] = count
@@ -141,7 +132,7 @@ async def time_in_process(path: Path) -> tuple[float, float, int]:
     open_s = time.perf_counter() - started
     await store.close()
     store = SqliteStore(path)
-    ledger = Ledger(store, Limits(idempotency_ttl_s=IDEMPOTENCY_TTL_S))
+    ledger = embedded_ledger(store, Limits(idempotency_ttl_s=IDEMPOTENCY_TTL_S))
     started = time.perf_counter()
     await ledger.start()
     start_s = time.perf_counter() - started
@@ -159,7 +150,7 @@ def expected_views(path: Path, sample: list[str]) -> dict[str, tuple[int, int, i
                 "SELECT clock, debt FROM accounts WHERE account_id = ?", (aid,)
             ).fetchone()
             (available,) = conn.execute(
-                "SELECT coalesce(sum(remaining), 0) FROM batches WHERE account_id = ?", (aid,)
+                "SELECT coalesce(sum(remaining), 0) FROM live_grants WHERE account_id = ?", (aid,)
             ).fetchone()
             out[aid] = (clock, debt, available)
         return out
@@ -167,7 +158,7 @@ def expected_views(path: Path, sample: list[str]) -> dict[str, tuple[int, int, i
         conn.close()
 
 
-def check_loaded(server: ServerProcess, expected: dict[str, tuple[int, int, int]]) -> None:
+def check_loaded(server: Server, expected: dict[str, tuple[int, int, int]]) -> None:
     with httpx.Client(base_url=server.base_url, timeout=30) as client:
         for aid, (clock, debt, available) in expected.items():
             body = client.get(f"/v1/accounts/{aid}/balance").json()
@@ -208,7 +199,7 @@ def main() -> int:
 
         starts: list[float] = []
         for _ in range(args.runs):
-            server = ServerProcess(data_dir)
+            server = Server(data_dir)
             try:
                 starts.append(server.start())
                 check_loaded(server, expected)
@@ -223,7 +214,7 @@ def main() -> int:
             f"entries with {facts.get('expiration', 0):,} expirations)"
         )
         print(f"accounts:             {facts['accounts']:,}")
-        print(f"live batches:         {facts['batches']:,}")
+        print(f"live grants:          {facts['live_grants']:,}")
         print(f"idempotency keys:     {facts['idempotency']:,}")
         print(f"database size:        {facts['bytes'] / 2**20:,.1f} MiB (with WAL)")
         print(

@@ -4,12 +4,13 @@ memory).
 
 Run: ``python bench/storage.py`` (``--requests N``, ``--quick`` for a smoke run).
 
-For each backend, a fresh ``gpu-credits serve`` process (``tests.server_process.ServerProcess``)
-gets a short warm-up, then ``--requests`` grants and consumptions (about 55/45) from
-``--clients`` concurrent asyncio clients, each on its own keep-alive connection. Each client
-owns its own slice of ``--accounts`` accounts and gives each account rising timestamps, so no
-request is refused (any non-2xx answer fails the run). Reported: ops/s over the wall time,
-p50/p99 latency, and the server's CPU use (from /proc), which says who the bottleneck was.
+For each backend, a fresh ``gpu-credits serve`` process
+(``bench/_procs.py``) gets a short warm-up, then ``--requests``
+grants and consumptions (about 55/45) from ``--clients`` concurrent asyncio clients, each on
+its own keep-alive connection. Each client owns its own slice of ``--accounts`` accounts and
+gives each account rising timestamps, so no request is refused (any non-2xx answer fails the
+run). Reported: ops/s over the wall time, p50/p99 latency, and the server's CPU use (from
+/proc), which says who the bottleneck was.
 
 The load generator matters on a 2-core machine, where clients and server share the CPUs:
 
@@ -53,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
 
-from tests.server_process import ServerProcess
+from bench._procs import Server
 
 # httpcore asks ``import sniffio`` several times per request; without sniffio installed (anyio
 # 4 no longer needs it) every ask is a failed import that searches all of sys.path. A None
@@ -250,7 +251,7 @@ def cpu_seconds(pid: int) -> float:
 
 def run(storage: str, args: argparse.Namespace, data_dir: Path) -> RunResult:
     """One backend, one round, on a fresh data directory."""
-    server = ServerProcess(Path(tempfile.mkdtemp(prefix=f"{storage}-", dir=data_dir)), storage)
+    server = Server(Path(tempfile.mkdtemp(prefix=f"{storage}-", dir=data_dir)), storage)
     server.start()
     try:
         assert server.proc is not None

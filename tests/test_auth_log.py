@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from app.api.auth import AuthFailureLog
-from tests.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 from tests.test_security import create_key
 
 LOG_WAIT_S = 10.0

@@ -7,35 +7,35 @@ one to ``/v1/accounts/...`` must answer the same status and body, and leave the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import make_settings
-from tests.test_api import (
+from tests.support.api import (
     JSON,
     MAX,
     PROBLEM_JSON,
     assert_absent,
     assert_problem,
+    before_storage,
     error_locs,
     ok,
     paginate,
     snapshot,
     url,
 )
+from tests.support.app_runner import make_settings, running
+from tests.support.spec_examples import EXAMPLE_1
 
 BATCH = "/v1/batch"
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,15 +155,6 @@ async def account_state(client: httpx.AsyncClient, account_id: str) -> JSON:
 
 async def states(client: httpx.AsyncClient, names: list[str], prefix: str) -> JSON:
     return {n: normalise(await account_state(client, prefix + n), prefix) for n in names}
-
-
-@contextlib.asynccontextmanager
-async def running(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as cl,
-    ):
-        yield cl
 
 
 def random_ops(rng: random.Random, n: int, accounts: list[str], failures: bool) -> list[JSON]:
@@ -441,6 +432,7 @@ async def test_atomic_flag_false_is_the_default(client: httpx.AsyncClient) -> No
 _VALID = g("a", 1, 0, 5)
 
 
+@before_storage
 @pytest.mark.parametrize(
     ("body", "loc"),
     [
@@ -672,6 +664,35 @@ async def test_batch_keys_are_independent_of_account_keys(client: httpx.AsyncCli
     assert len((await account_state(client, "a"))["entries"]) == 4
 
 
+async def test_batch_keys_are_scoped_to_the_api_key(
+    keyed: tuple[httpx.AsyncClient, str, str],
+) -> None:
+    """A batch's Idempotency-Key belongs to the API key that sent it: one namespace for
+    every API key would tell one tenant which key names another has used."""
+    client, first, second = keyed
+
+    def post(key: str, account: str) -> dict[str, object]:
+        return {
+            "json": {
+                "operations": [
+                    {"op": "grant", "account_id": account, "amount": 1, "timestamp": 0, "expiry": 9}
+                ]
+            },
+            "headers": {"authorization": f"Bearer {key}", "idempotency-key": "nightly"},
+        }
+
+    a = await client.post("/v1/batch", **post(first, "a"))  # type: ignore[arg-type]
+    assert a.status_code == 200
+    # Another API key may use the same key name with another body: no 422, no oracle.
+    b = await client.post("/v1/batch", **post(second, "b"))  # type: ignore[arg-type]
+    assert b.status_code == 200, b.text
+    assert b.headers.get("idempotent-replayed") is None
+    # Each still replays its own.
+    again = await client.post("/v1/batch", **post(first, "a"))  # type: ignore[arg-type]
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.content == a.content
+
+
 async def test_batch_that_changes_nothing_keeps_no_key(client: httpx.AsyncClient) -> None:
     """Like a failed single request, a batch that changed nothing (only reads, or every
     operation refused) leaves no trace: no stored key (so read-only or failing batches
@@ -763,7 +784,7 @@ _ABORTED_AMOUNT = 999_999
 async def test_concurrent_overlapping_batches(client: httpx.AsyncClient) -> None:
     rng = random.Random(42)
     names = [f"acct{i}" for i in range(6)]
-    batches: list[list[JSON]] = []
+    live_grants: list[list[JSON]] = []
     for _ in range(8):
         order = names[:]
         rng.shuffle(order)
@@ -774,32 +795,32 @@ async def test_concurrent_overlapping_batches(client: httpx.AsyncClient) -> None
                 ops.append(g(account, rng.randint(1, 50), 1, 10**6))
             else:
                 ops.append(c(account, rng.randint(1, 60), 1))
-        batches.append(ops)
+        live_grants.append(ops)
     aborted = [g(n, _ABORTED_AMOUNT, 1, 10**6) for n in reversed(names)] + [b("ghost")]
     singles = [g(n, 3, 1, 10**6) for n in names]
 
     async def run() -> list[httpx.Response]:
-        calls = [post_batch(client, ops) for ops in batches]
+        calls = [post_batch(client, ops) for ops in live_grants]
         calls.insert(3, post_batch(client, aborted, atomic=True))
         calls.extend(single(client, op) for op in singles)
         return list(await asyncio.gather(*calls))
 
     responses = await asyncio.wait_for(run(), timeout=120)
-    batch_responses = responses[:3] + responses[4 : len(batches) + 1]
+    batch_responses = responses[:3] + responses[4 : len(live_grants) + 1]
     assert_problem(responses[3], 404)
-    single_responses = responses[len(batches) + 1 :]
+    single_responses = responses[len(live_grants) + 1 :]
 
     # account -> sequence -> the operation and what it answered
     applied: dict[str, dict[int, tuple[JSON, JSON]]] = {n: {} for n in names}
-    for ops, response in zip(batches, batch_responses, strict=True):
+    for ops, response in zip(live_grants, batch_responses, strict=True):
         body = batch_ok(response, len(ops))
         assert body["failed"] == 0
         per_account: dict[str, list[int]] = {}
         for op, result in zip(ops, body["results"], strict=True):
-            seq = result["body"]["sequence"]
-            assert seq not in applied[op["account_id"]]
-            applied[op["account_id"]][seq] = (op, result["body"])
-            per_account.setdefault(op["account_id"], []).append(seq)
+            sequence = result["body"]["sequence"]
+            assert sequence not in applied[op["account_id"]]
+            applied[op["account_id"]][sequence] = (op, result["body"])
+            per_account.setdefault(op["account_id"], []).append(sequence)
         for seqs in per_account.values():
             # Applied in order, and no other request interleaves within one batch.
             assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
@@ -869,8 +890,7 @@ async def test_documented_example_is_spec_example_1(client: httpx.AsyncClient) -
     document = json.loads((ROOT / "openapi" / "openapi.json").read_text())
     content = document["paths"][BATCH]["post"]["requestBody"]["content"]["application/json"]
     example = content["examples"]["example1"]["value"]
-    body = batch_ok(await client.post(BATCH, json=example))
-    assert len({op["account_id"] for op in example["operations"]}) == 1
-    balances = [r["body"]["balance"] for r in body["results"] if r["op"] == "balance"]
-    assert balances[0] == 80
-    assert len(example["operations"]) == 8
+    account = example["operations"][0]["account_id"]
+    assert example["operations"] == [s.batch_operation(account) for s in EXAMPLE_1.steps]
+    body = batch_ok(await client.post(BATCH, json=example), len(EXAMPLE_1.steps))
+    assert body["results"] == [s.batch_result(account) for s in EXAMPLE_1.steps]

@@ -34,7 +34,7 @@ import uvicorn
 
 from app.api.http_protocol import ProtocolLimits, client_key, protocol_factory
 from app.settings import Settings
-from tests.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 PROBLEM_JSON = "application/problem+json"
 LIMIT_CONCURRENCY = 64

@@ -13,16 +13,17 @@ import pytest
 
 from app.domain import (
     MAX_VALUE,
-    Batch,
-    Draw,
+    Allocation,
     Expiration,
     GPUCreditTracker,
     InvalidInput,
     LedgerError,
+    LiveGrant,
     TimestampRegression,
     TotalOverflow,
     TrackerState,
 )
+from tests.support.spec_examples import EXAMPLE_1, EXAMPLES, Example
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,58 +31,51 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # -- SPEC examples ---------------------------------------------------------------------
 
 
-def test_spec_example_1_positional() -> None:
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
+def test_spec_example_positional(example: Example) -> None:
     t = GPUCreditTracker()
-    assert t.grant(100, 0, 10) is None  # type: ignore[func-returns-value]
-    t.grant(50, 2, 5)
-    assert t.consume(70, 3) == 0
-    assert t.get_balance(4) == 80
-    assert t.consume(90, 8) == 10
-    assert t.get_balance(8) == -10
-    t.grant(30, 12, 20)
-    assert t.get_balance(12) == 20
+    for step in example.steps:
+        assert getattr(t, step.core_method)(*step.positional) == step.returns, step
 
 
-def test_spec_example_1_keyword() -> None:
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
+def test_spec_example_keyword(example: Example) -> None:
     t = GPUCreditTracker()
-    t.grant(amount=100, timestamp=0, expiry=10)
-    t.grant(amount=50, timestamp=2, expiry=5)
-    assert t.consume(amount=70, timestamp=3) == 0
-    assert t.get_balance(timestamp=4) == 80
-    assert t.consume(amount=90, timestamp=8) == 10
-    assert t.get_balance(timestamp=8) == -10
-    t.grant(amount=30, timestamp=12, expiry=20)
-    assert t.get_balance(timestamp=12) == 20
+    for step in example.steps:
+        assert getattr(t, step.core_method)(**step.args) == step.returns, step
 
 
 def test_spec_example_1_detailed() -> None:
+    """The detailed calls give what the HTTP answers are made of: allocations, settled debt,
+    what was kept, the totals after."""
     t = GPUCreditTracker()
-    t.apply_grant(100, 0, 10)
-    t.apply_grant(50, 2, 5)
-    first = t.apply_consume(70, 3)
-    assert first.draws == (Draw(grant_seq=2, expiry=5, amount=50), Draw(1, 10, 20))
-    assert (first.consumed, first.debt_added, first.available, first.debt) == (70, 0, 80, 0)
-    second = t.apply_consume(90, 8)
-    assert (second.consumed, second.debt_added, second.available, second.debt) == (80, 10, 0, 10)
-    settle = t.apply_grant(30, 12, 20)
-    assert (settle.settled_debt, settle.retained, settle.available, settle.debt) == (10, 20, 20, 0)
-    assert t.batches() == [Batch(grant_seq=3, expiry=20, remaining=20)]
-
-
-def test_spec_example_2_positional() -> None:
-    t = GPUCreditTracker()
-    t.grant(50, 0, 5)
-    assert t.get_balance(5) == 0
-    assert t.consume(20, 6) == 20
-    assert t.get_balance(6) == -20
-
-
-def test_spec_example_2_keyword() -> None:
-    t = GPUCreditTracker()
-    t.grant(amount=50, timestamp=0, expiry=5)
-    assert t.get_balance(timestamp=5) == 0
-    assert t.consume(amount=20, timestamp=6) == 20
-    assert t.get_balance(timestamp=6) == -20
+    for step in EXAMPLE_1.steps:
+        want = step.answer
+        if step.op == "grant":
+            got = t.apply_grant(**step.args)
+            assert (got.grant_id, got.settled_debt, got.retained) == (
+                want["grant_id"],
+                want["settled_debt"],
+                want["retained"],
+            )
+            assert (got.available, got.debt) == (want["available"], want["debt"])
+        elif step.op == "consume":
+            consumed = t.apply_consume(**step.args)
+            assert consumed.allocation == tuple(
+                Allocation(grant_id=a["grant_id"], expiry=a["expiry"], amount=a["amount"])
+                for a in want["allocation"]
+            )
+            assert (consumed.consumed, consumed.debt_added) == (
+                want["consumed"],
+                want["debt_added"],
+            )
+            assert (consumed.available, consumed.debt) == (want["available"], want["debt"])
+        else:
+            assert t.get_balance(**step.args) == step.returns
+    assert t.live_grants() == [
+        LiveGrant(grant_id=g["grant_id"], expiry=g["expiry"], remaining=g["remaining"])
+        for g in EXAMPLE_1.live_grants
+    ]
 
 
 # -- priority consumption --------------------------------------------------------------
@@ -93,60 +87,68 @@ def test_earliest_expiry_consumed_first_regardless_of_grant_order() -> None:
     t.grant(10, 1, 50)
     t.grant(10, 2, 75)
     result = t.apply_consume(25, 3)
-    assert result.draws == (Draw(2, 50, 10), Draw(3, 75, 10), Draw(1, 100, 5))
-    assert t.batches() == [Batch(1, 100, 5)]
+    assert result.allocation == (
+        Allocation(2, 50, 10),
+        Allocation(3, 75, 10),
+        Allocation(1, 100, 5),
+    )
+    assert t.live_grants() == [LiveGrant(1, 100, 5)]
 
 
 def test_equal_expiries_consumed_in_grant_order() -> None:
     t = GPUCreditTracker()
-    t.grant(10, 0, 100)  # seq 1
-    t.grant(20, 1, 100)  # seq 2
-    t.grant(5, 2, 100)  # seq 3
-    t.grant(1, 2, 50)  # seq 4, earlier expiry
-    assert [b.grant_seq for b in t.batches()] == [4, 1, 2, 3]
+    t.grant(10, 0, 100)  # grant_id 1
+    t.grant(20, 1, 100)  # grant_id 2
+    t.grant(5, 2, 100)  # grant_id 3
+    t.grant(1, 2, 50)  # grant_id 4, earlier expiry
+    assert [b.grant_id for b in t.live_grants()] == [4, 1, 2, 3]
     first = t.apply_consume(4, 3)
-    assert first.draws == (Draw(4, 50, 1), Draw(1, 100, 3))
-    assert t.batches() == [Batch(1, 100, 7), Batch(2, 100, 20), Batch(3, 100, 5)]
+    assert first.allocation == (Allocation(4, 50, 1), Allocation(1, 100, 3))
+    assert t.live_grants() == [LiveGrant(1, 100, 7), LiveGrant(2, 100, 20), LiveGrant(3, 100, 5)]
     second = t.apply_consume(30, 4)
-    assert second.draws == (Draw(1, 100, 7), Draw(2, 100, 20), Draw(3, 100, 3))
-    assert t.batches() == [Batch(3, 100, 2)]
-    assert t.first_batch() == Batch(3, 100, 2)
+    assert second.allocation == (
+        Allocation(1, 100, 7),
+        Allocation(2, 100, 20),
+        Allocation(3, 100, 3),
+    )
+    assert t.live_grants() == [LiveGrant(3, 100, 2)]
+    assert t.first_live_grant() == LiveGrant(3, 100, 2)
     t.check_invariants()
 
 
 def test_equal_expiries_grant_order_not_size_order() -> None:
     t = GPUCreditTracker()
-    t.grant(50, 0, 10)  # seq 1, larger
-    t.grant(1, 0, 10)  # seq 2, smaller
+    t.grant(50, 0, 10)  # grant_id 1, larger
+    t.grant(1, 0, 10)  # grant_id 2, smaller
     result = t.apply_consume(50, 0)
-    assert result.draws == (Draw(1, 10, 50),)
-    assert t.batches() == [Batch(2, 10, 1)]
+    assert result.allocation == (Allocation(1, 10, 50),)
+    assert t.live_grants() == [LiveGrant(2, 10, 1)]
 
 
 # -- debt and settlement ---------------------------------------------------------------
 
 
-def test_grant_swallowed_whole_by_debt_adds_no_batch() -> None:
+def test_grant_swallowed_whole_by_debt_adds_no_live_grant() -> None:
     t = GPUCreditTracker()
     assert t.consume(50, 0) == 50
     result = t.apply_grant(30, 1, 10)
     assert (result.settled_debt, result.retained, result.available, result.debt) == (30, 0, 0, 20)
-    assert t.batches() == []
-    assert t.live_batch_count == 0
-    assert t.first_batch() is None
+    assert t.live_grants() == []
+    assert t.live_grant_count == 0
+    assert t.first_live_grant() is None
     assert t.get_balance(2) == -20
     t.check_invariants()
 
 
-def test_grant_exactly_equal_to_debt_adds_no_batch() -> None:
+def test_grant_exactly_equal_to_debt_adds_no_live_grant() -> None:
     t = GPUCreditTracker()
     t.consume(20, 0)
     result = t.apply_grant(20, 1, 10)
     assert (result.settled_debt, result.retained, result.debt) == (20, 0, 0)
-    assert t.batches() == []
-    assert t.live_batch_count == 0
+    assert t.live_grants() == []
+    assert t.live_grant_count == 0
     assert t.get_balance(1) == 0
-    # No phantom batch: a later consumption goes straight into debt.
+    # No phantom live grant: a later consumption goes straight into debt.
     assert t.consume(1, 2) == 1
 
 
@@ -155,7 +157,7 @@ def test_partial_settlement_keeps_the_rest_with_the_grant_expiry() -> None:
     t.consume(20, 0)
     result = t.apply_grant(50, 1, 9)
     assert (result.settled_debt, result.retained, result.available, result.debt) == (20, 30, 30, 0)
-    assert t.batches() == [Batch(result.grant_seq, 9, 30)]
+    assert t.live_grants() == [LiveGrant(result.grant_id, 9, 30)]
     assert t.get_balance(8) == 30
     assert t.get_balance(9) == 0  # the retained part expires with the grant
 
@@ -166,14 +168,14 @@ def test_debt_grows_while_balance_is_zero() -> None:
     assert t.consume(7, 1) == 12  # the total, not the increment
     assert t.get_balance(1) == -12
     result = t.apply_consume(3, 2)
-    assert (result.consumed, result.debt_added, result.debt, result.draws) == (0, 3, 15, ())
+    assert (result.consumed, result.debt_added, result.debt, result.allocation) == (0, 3, 15, ())
 
 
 def test_consuming_exactly_the_balance_then_more_is_debt() -> None:
     t = GPUCreditTracker()
     t.grant(10, 0, 100)
     assert t.consume(10, 1) == 0
-    assert t.batches() == []
+    assert t.live_grants() == []
     assert t.get_balance(1) == 0
     assert t.consume(3, 2) == 3
     assert t.get_balance(2) == -3
@@ -199,8 +201,8 @@ def test_timestamp_equal_to_expiry_means_expired() -> None:
     assert t.get_balance(4) == 10
     result = t.apply_balance(5)
     assert (result.available, result.debt) == (0, 0)
-    assert result.expired == (Expiration(grant_seq=1, expiry=5, amount=10),)
-    assert t.batches() == []
+    assert result.expired == (Expiration(grant_id=1, expiry=5, amount=10),)
+    assert t.live_grants() == []
 
 
 def test_consume_at_expiry_goes_to_debt() -> None:
@@ -216,11 +218,11 @@ def test_grant_at_expiry_of_another_does_not_keep_it() -> None:
     t.grant(10, 0, 5)
     result = t.apply_grant(4, 5, 9)
     assert result.expired == (Expiration(1, 5, 10),)
-    assert t.batches() == [Batch(2, 9, 4)]
+    assert t.live_grants() == [LiveGrant(2, 9, 4)]
     assert t.get_balance(5) == 4
 
 
-def test_partly_used_batch_expires_with_its_rest() -> None:
+def test_partly_used_live_grant_expires_with_its_rest() -> None:
     t = GPUCreditTracker()
     t.grant(10, 0, 5)
     t.consume(4, 1)
@@ -232,7 +234,7 @@ def test_partly_used_batch_expires_with_its_rest() -> None:
 
 
 def _tracker_at_clock_10() -> GPUCreditTracker:
-    """A tracker whose clock is 10, with two live batches, one expiring at 11."""
+    """A tracker whose clock is 10, with two live grants, one expiring at 11."""
     t = GPUCreditTracker()
     t.grant(10, 0, 11)
     t.grant(20, 5, 30)
@@ -306,7 +308,7 @@ OUT_OF_RANGE_TIMES: list[Any] = [-1, 2**53, 2**64]
 
 
 def _tracker_with_pending_expiry() -> GPUCreditTracker:
-    """Clock 3, one batch expiring at 5: an accepted call at 7 would evict it."""
+    """Clock 3, one live grant expiring at 5: an accepted call at 7 would evict it."""
     t = GPUCreditTracker()
     t.grant(10, 0, 5)
     t.grant(4, 1, 50)
@@ -346,7 +348,7 @@ def test_invalid_input_is_rejected_and_changes_nothing(
     assert isinstance(info.value, LedgerError)
     assert t.state() == before
     t.check_invariants()
-    # Nothing was evicted and the clock did not move: an earlier call still sees the batch.
+    # Nothing was evicted and the clock did not move: an earlier call still sees the grant.
     assert t.get_balance(4) == 14
 
 
@@ -432,7 +434,7 @@ def test_available_total_past_max_value_is_rejected() -> None:
     assert isinstance(info.value, LedgerError)
     assert t.state() == before
     assert t.clock == 0
-    assert t.next_grant_seq == before.next_grant_seq
+    assert t.next_grant_id == before.next_grant_id
     with pytest.raises(TotalOverflow):
         t.apply_grant(MAX_VALUE, 0, 20)
     assert t.state() == before
@@ -443,28 +445,28 @@ def test_available_total_past_max_value_is_rejected() -> None:
     assert t.get_balance(1) == MAX_VALUE
 
 
-def test_rejected_overflow_does_not_evict_expired_batches() -> None:
+def test_rejected_overflow_does_not_evict_expired_live_grants() -> None:
     t = GPUCreditTracker()
     t.grant(5, 0, 3)  # expires at 3
     t.grant(MAX_VALUE - 5, 0, 100)
     assert t.get_balance(0) == MAX_VALUE
     before = t.state()
-    # At t=5 the first batch is gone (available MAX-5); +6 would be MAX+1.
+    # At t=5 the first grant is gone (available MAX-5); +6 would be MAX+1.
     with pytest.raises(TotalOverflow):
         t.grant(6, 5, 200)
     assert t.state() == before
     t.check_invariants()
-    assert t.live_batch_count == 2
-    # The clock did not move to 5: an earlier call is accepted and still sees the batch.
+    assert t.live_grant_count == 2
+    # The clock did not move to 5: an earlier call is accepted and still sees the grant.
     assert t.get_balance(2) == MAX_VALUE
-    assert t.batches()[0] == Batch(1, 3, 5)
+    assert t.live_grants()[0] == LiveGrant(1, 3, 5)
     # And the same grant, with eviction actually happening, is within bounds for 5.
     t.grant(5, 5, 200)
     assert t.get_balance(5) == MAX_VALUE
     t.check_invariants()
 
 
-def test_rejected_detailed_overflow_does_not_evict_expired_batches() -> None:
+def test_rejected_detailed_overflow_does_not_evict_expired_live_grants() -> None:
     t = GPUCreditTracker()
     t.grant(5, 0, 3)
     t.grant(7, 0, 4)
@@ -515,7 +517,7 @@ def test_huge_grant_settles_max_debt() -> None:
     t.consume(MAX_VALUE, 0)
     result = t.apply_grant(MAX_VALUE, 1, 2)
     assert (result.settled_debt, result.retained, result.debt) == (MAX_VALUE, 0, 0)
-    assert t.batches() == []
+    assert t.live_grants() == []
 
 
 # -- persistence -----------------------------------------------------------------------
@@ -537,12 +539,12 @@ def test_state_round_trip() -> None:
     state = original.state()
     assert state.clock == 5
     assert state.debt == 0
-    assert state.next_grant_seq == 5
-    assert state.batches == (Batch(2, 15, 15), Batch(3, 15, 5), Batch(1, 30, 10))
+    assert state.next_grant_id == 5
+    assert state.live_grants == (LiveGrant(2, 15, 15), LiveGrant(3, 15, 5), LiveGrant(1, 30, 10))
     copy = GPUCreditTracker.from_state(state)
     copy.check_invariants()
     assert copy.state() == state
-    assert copy.batches() == original.batches()
+    assert copy.live_grants() == original.live_grants()
     assert (copy.available, copy.debt, copy.clock) == (30, 0, 5)
     # Both behave the same from here on.
     for t in (original, copy):
@@ -560,17 +562,17 @@ def test_state_round_trip_with_debt_and_fresh() -> None:
     t.consume(40, 3)
     t.grant(10, 4, 9)
     state = t.state()
-    assert state == TrackerState(clock=4, debt=30, next_grant_seq=2, batches=())
+    assert state == TrackerState(clock=4, debt=30, next_grant_id=2, live_grants=())
     copy = GPUCreditTracker.from_state(state)
     assert copy.state() == state
     assert copy.get_balance(4) == -30
-    assert copy.apply_grant(5, 5, 9).grant_seq == 2
+    assert copy.apply_grant(5, 5, 9).grant_id == 2
 
 
-def test_from_state_batches_in_any_order() -> None:
+def test_from_state_live_grants_in_any_order() -> None:
     state = _busy_tracker().state()
     shuffled = TrackerState(
-        state.clock, state.debt, state.next_grant_seq, tuple(reversed(state.batches))
+        state.clock, state.debt, state.next_grant_id, tuple(reversed(state.live_grants))
     )
     assert GPUCreditTracker.from_state(shuffled).state() == state
 
@@ -578,29 +580,31 @@ def test_from_state_batches_in_any_order() -> None:
 @pytest.mark.parametrize(
     "state",
     [
-        pytest.param(TrackerState(0, 5, 2, (Batch(1, 10, 3),)), id="debt-with-live-credits"),
-        pytest.param(TrackerState(10, 0, 2, (Batch(1, 10, 3),)), id="expiry-equal-to-clock"),
-        pytest.param(TrackerState(10, 0, 2, (Batch(1, 9, 3),)), id="expiry-before-clock"),
+        pytest.param(TrackerState(0, 5, 2, (LiveGrant(1, 10, 3),)), id="debt-with-live-credits"),
+        pytest.param(TrackerState(10, 0, 2, (LiveGrant(1, 10, 3),)), id="expiry-equal-to-clock"),
+        pytest.param(TrackerState(10, 0, 2, (LiveGrant(1, 9, 3),)), id="expiry-before-clock"),
         pytest.param(
-            TrackerState(0, 0, 3, (Batch(1, 10, 3), Batch(1, 20, 3))), id="duplicate-grant-seq"
+            TrackerState(0, 0, 3, (LiveGrant(1, 10, 3), LiveGrant(1, 20, 3))),
+            id="duplicate-grant-id",
         ),
         pytest.param(
-            TrackerState(0, 0, 3, (Batch(1, 10, 3), Batch(1, 10, 4))), id="duplicate-batch-key"
+            TrackerState(0, 0, 3, (LiveGrant(1, 10, 3), LiveGrant(1, 10, 4))),
+            id="duplicate-live-grant-key",
         ),
-        pytest.param(TrackerState(0, 0, 2, (Batch(2, 10, 3),)), id="grant-seq-not-issued-yet"),
-        pytest.param(TrackerState(0, 0, 2, (Batch(0, 10, 3),)), id="grant-seq-zero"),
-        pytest.param(TrackerState(0, 0, 2, (Batch(1, 10, 0),)), id="empty-batch"),
-        pytest.param(TrackerState(0, 0, 2, (Batch(1, 10, -1),)), id="negative-batch"),
+        pytest.param(TrackerState(0, 0, 2, (LiveGrant(2, 10, 3),)), id="grant-id-not-issued-yet"),
+        pytest.param(TrackerState(0, 0, 2, (LiveGrant(0, 10, 3),)), id="grant-id-zero"),
+        pytest.param(TrackerState(0, 0, 2, (LiveGrant(1, 10, 0),)), id="empty-live-grant"),
+        pytest.param(TrackerState(0, 0, 2, (LiveGrant(1, 10, -1),)), id="negative-live-grant"),
         pytest.param(
-            TrackerState(0, 0, 3, (Batch(1, 10, MAX_VALUE), Batch(2, 10, 1))),
+            TrackerState(0, 0, 3, (LiveGrant(1, 10, MAX_VALUE), LiveGrant(2, 10, 1))),
             id="available-past-max",
         ),
-        pytest.param(TrackerState(0, 0, 2, (Batch(1, 2**53, 1),)), id="expiry-past-max"),
+        pytest.param(TrackerState(0, 0, 2, (LiveGrant(1, 2**53, 1),)), id="expiry-past-max"),
         pytest.param(TrackerState(-1, 0, 1, ()), id="negative-clock"),
         pytest.param(TrackerState(2**53, 0, 1, ()), id="clock-past-max"),
         pytest.param(TrackerState(0, -1, 1, ()), id="negative-debt"),
         pytest.param(TrackerState(0, 2**53, 1, ()), id="debt-past-max"),
-        pytest.param(TrackerState(0, 0, 0, ()), id="next-grant-seq-zero"),
+        pytest.param(TrackerState(0, 0, 0, ()), id="next-grant-id-zero"),
         pytest.param(TrackerState(True, 0, 1, ()), id="bool-clock"),
     ],
 )
@@ -610,7 +614,9 @@ def test_from_state_rejects_impossible_states(state: TrackerState) -> None:
 
 
 def test_from_state_accepts_the_limits() -> None:
-    state = TrackerState(MAX_VALUE - 1, 0, MAX_VALUE, (Batch(MAX_VALUE - 1, MAX_VALUE, MAX_VALUE),))
+    state = TrackerState(
+        MAX_VALUE - 1, 0, MAX_VALUE, (LiveGrant(MAX_VALUE - 1, MAX_VALUE, MAX_VALUE),)
+    )
     t = GPUCreditTracker.from_state(state)
     assert t.state() == state
     assert t.get_balance(MAX_VALUE) == 0
@@ -632,7 +638,8 @@ def test_domain_imports_only_the_standard_library() -> None:
         "print(' '.join(bad))\n"
         "sys.exit(1 if bad else 0)\n"
     )
-    env = dict(os.environ)
+    # Not measured by coverage (``pytest --cov``): coverage itself imports sqlite3.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
         [sys.executable, "-c", code],

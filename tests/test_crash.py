@@ -24,14 +24,13 @@ Design (issue 3, item 4):
   was absent; a few keyed operations acknowledged earlier are retried and must replay their
   original status and body, changing nothing (the next round's full ledger check proves that).
 
-The model is deliberately plain: a sorted list of ``[expiry, grant_id, remaining]`` batches, the
-debt and the clock, with SPEC section 1's rules and the ledger's entry format.
+The model is the reference model of ``tests/support/model.py``: SPEC section 1's rules and the
+ledger's entry format, deliberately plain.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import functools
 import os
 import random
@@ -44,7 +43,8 @@ from typing import Any, Literal
 import httpx
 import pytest
 
-from tests.server_process import ServerProcess
+from tests.support.model import Account as AccountModel
+from tests.support.server_process import ServerProcess
 
 Json = dict[str, Any]
 OpKind = Literal["grant", "consume", "read"]
@@ -91,118 +91,14 @@ class Op:
         )
 
 
-class Model:
-    """One account, replayed from its operations: SPEC section 1 plus the ledger format."""
-
-    def __init__(self, account_id: str) -> None:
-        self.account_id = account_id
-        self.batches: list[list[int]] = []  # [expiry, grant_id, remaining], sorted
-        self.debt = 0
-        self.clock = 0
-        self.next_grant_id = 1
-        self.exists = False  # a grant or consumption has created the account
-        self.entries: list[Json] = []  # the ledger, as GET .../ledger shows it
-
-    @property
-    def available(self) -> int:
-        return sum(b[2] for b in self.batches)
-
-    def view(self) -> Json:
-        available = self.available
-        return {
-            "account_id": self.account_id,
-            "timestamp": self.clock,
-            "balance": available - self.debt,
-            "available": available,
-            "debt": self.debt,
-        }
-
-    def grants_view(self) -> Json:
-        grants = [{"grant_id": g, "expiry": e, "remaining": r} for e, g, r in self.batches]
-        return {**self.view(), "grants": grants}
-
-    def _append(self, kind: str, timestamp: int, available: int, debt: int, **details: Any) -> int:
-        seq = len(self.entries) + 1
-        self.entries.append(
-            {
-                "sequence": seq,
-                "kind": kind,
-                "timestamp": timestamp,
-                "balance": available - debt,
-                "available": available,
-                "debt": debt,
-                **details,
-            }
-        )
-        return seq
-
-    def _advance(self, timestamp: int) -> None:
-        assert timestamp >= self.clock, "the workload never goes back in time"
-        available = self.available
-        while self.batches and self.batches[0][0] <= timestamp:
-            expiry, grant_id, remaining = self.batches.pop(0)
-            available -= remaining
-            self._append(
-                "expiration",
-                expiry,
-                available,
-                self.debt,
-                grant_id=grant_id,
-                expiry=expiry,
-                amount=remaining,
-            )
-        self.clock = timestamp
-
-    def apply(self, op: Op) -> Json:
-        """Apply an accepted operation; return the response body the service must send."""
-        if op.kind == "read":  # a projection: changes nothing, not even the clock
-            available = sum(b[2] for b in self.batches if b[0] > op.timestamp)
-            return {
-                "account_id": self.account_id,
-                "timestamp": op.timestamp,
-                "balance": available - self.debt,
-                "available": available,
-                "debt": self.debt,
-            }
-        self._advance(op.timestamp)
-        self.exists = True
-        if op.kind == "grant":
-            settled = min(op.amount, self.debt)
-            retained = op.amount - settled
-            grant_id = self.next_grant_id
-            self.next_grant_id += 1
-            self.debt -= settled
-            if retained:
-                self.batches.append([op.expiry, grant_id, retained])
-                self.batches.sort(key=lambda b: (b[0], b[1]))
-            details: Json = {
-                "grant_id": grant_id,
-                "amount": op.amount,
-                "expiry": op.expiry,
-                "settled_debt": settled,
-                "retained": retained,
-            }
-        else:
-            to_take = op.amount
-            allocation: list[Json] = []
-            while to_take and self.batches:
-                batch = self.batches[0]
-                take = min(batch[2], to_take)
-                allocation.append({"grant_id": batch[1], "expiry": batch[0], "amount": take})
-                batch[2] -= take
-                to_take -= take
-                if batch[2] == 0:
-                    self.batches.pop(0)
-            self.debt += to_take
-            details = {
-                "amount": op.amount,
-                "consumed": op.amount - to_take,
-                "debt_added": to_take,
-                "allocation": allocation,
-            }
-        available = self.available
-        seq = self._append(op.entry_kind, op.timestamp, available, self.debt, **details)
-        return {**self.view(), "sequence": seq, **details}
+def apply(model: AccountModel, op: Op) -> Json:
+    """Apply an accepted operation to the reference model; return the body the service must
+    send. A read is safe: it changes nothing, not even the clock."""
+    if op.kind == "grant":
+        return model.grant(op.amount, op.timestamp, op.expiry)
+    if op.kind == "consume":
+        return model.consume(op.amount, op.timestamp)
+    return model.read_balance(op.timestamp)
 
 
 # -- the load --------------------------------------------------------------------------
@@ -212,7 +108,7 @@ class Model:
 class Account:
     account_id: str
     rng: random.Random
-    model: Model
+    model: AccountModel
     ops: list[Op] = field(default_factory=list)
     issued_clock: int = 0  # latest timestamp ever sent, acknowledged or not
     keys_issued: int = 0
@@ -306,7 +202,7 @@ async def worker(base_url: str, account: Account, rnd: Round) -> None:
                     r = await client.get(url)
                 except httpx.TransportError:
                     return
-                expected = model.grants_view() if grants else model.view()
+                expected = model.live_grants() if grants else model.read_balance()
                 if r.status_code != 200 or r.json() != expected:
                     rnd.fail(f"GET {url}: {r.status_code} {r.text}, model says {expected}")
                     return
@@ -324,7 +220,7 @@ async def worker(base_url: str, account: Account, rnd: Round) -> None:
                 rnd.fail(f"{op.describe()}: unexpected {r.status_code} {r.text}")
                 return
             op.state, op.status_code, op.response = "acked", r.status_code, r.json()
-            expected = model.apply(op)
+            expected = apply(model, op)
             if op.response != expected:
                 rnd.fail(f"{op.describe()}: answered {op.response}, model says {expected}")
                 return
@@ -370,9 +266,9 @@ async def resolve_in_flight(
     if op is None:
         return None
     account.in_flight = None
-    trial = copy.deepcopy(account.model)
+    trial = account.model.copy()
     known = len(trial.entries)
-    predicted = trial.apply(op)
+    predicted = apply(trial, op)
     its_entries = trial.entries[known:]
     beyond = (ledger or [])[known:]
     if its_entries:
@@ -401,12 +297,14 @@ def check_acknowledged(account: Account, ledger: list[Json]) -> None:
         if op.state != "acked" or op.kind == "read":
             continue
         assert op.response is not None
-        seq = op.response["sequence"]
-        assert seq <= len(ledger), f"acknowledged {op.describe()} (seq {seq}) is lost"
-        entry = ledger[seq - 1]
-        assert entry["kind"] == op.entry_kind, (op.describe(), seq, entry)
-        assert entry["timestamp"] == op.timestamp, (op.describe(), seq, entry)
-        assert entry["amount"] == op.amount, (op.describe(), seq, entry)
+        sequence = op.response["sequence"]
+        assert sequence <= len(ledger), (
+            f"acknowledged {op.describe()} (sequence {sequence}) is lost"
+        )
+        entry = ledger[sequence - 1]
+        assert entry["kind"] == op.entry_kind, (op.describe(), sequence, entry)
+        assert entry["timestamp"] == op.timestamp, (op.describe(), sequence, entry)
+        assert entry["amount"] == op.amount, (op.describe(), sequence, entry)
 
 
 def check_ledger(account: Account, ledger: list[Json], resolved: Resolved | None) -> None:
@@ -449,7 +347,7 @@ async def retry_idempotent(
             assert r.json() == resolved.predicted, (op.describe(), r.text, resolved.predicted)
         else:
             assert "Idempotent-Replayed" not in r.headers, (op.describe(), r.headers)
-            expected = account.model.apply(op)
+            expected = apply(account.model, op)
             assert r.json() == expected, (op.describe(), r.text, expected)
         op.state, op.status_code, op.response = "acked", r.status_code, r.json()
     keyed = [op for op in account.ops if op.state == "acked" and op.key is not None]
@@ -472,8 +370,8 @@ async def check_account(client: httpx.AsyncClient, account: Account) -> Resolved
         check_ledger(account, ledger, resolved)
     else:
         assert ledger is None, f"{account.account_id}: nothing took effect, yet {ledger}"
-    await check_get(client, f"{base}/balance", model.view() if model.exists else None)
-    await check_get(client, f"{base}/grants", model.grants_view() if model.exists else None)
+    await check_get(client, f"{base}/balance", model.read_balance() if model.exists else None)
+    await check_get(client, f"{base}/grants", model.live_grants() if model.exists else None)
     await retry_idempotent(client, account, resolved)
     return resolved
 
@@ -487,7 +385,7 @@ async def test_sigkill_under_load_loses_nothing_acknowledged(tmp_path: Path) -> 
     rng = random.Random(SEED)
     server = ServerProcess(tmp_path / "data", storage="sqlite")
     accounts = [
-        Account(f"acct-{i:02d}", random.Random(rng.getrandbits(64)), Model(f"acct-{i:02d}"))
+        Account(f"acct-{i:02d}", random.Random(rng.getrandbits(64)), AccountModel(f"acct-{i:02d}"))
         for i in range(WORKERS)
     ]
     report: list[str] = []

@@ -12,14 +12,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.server_process import ROOT, ServerProcess, free_port
+from tests.support.model import Account
+from tests.support.server_process import ROOT, ServerProcess, free_port
+from tests.support.spec_examples import EXAMPLES, Example
 
 JsonObject = dict[str, Any]
 
@@ -86,96 +88,19 @@ def http() -> Iterator[httpx.Client]:
 # -- SPEC examples -----------------------------------------------------------------------
 
 
-def test_spec_example_1(server: ServerProcess, http: httpx.Client) -> None:
-    acct = "example-1"
-    g1 = _grant(http, server, acct, 100, 0, 10)
-    assert g1 == {
-        "account_id": acct,
-        "grant_id": 1,
-        "sequence": 1,
-        "timestamp": 0,
-        "amount": 100,
-        "expiry": 10,
-        "balance": 100,
-        "available": 100,
-        "debt": 0,
-        "settled_debt": 0,
-        "retained": 100,
-    }
-    g2 = _grant(http, server, acct, 50, 2, 5)
-    assert (g2["grant_id"], g2["balance"], g2["available"], g2["debt"]) == (2, 150, 150, 0)
-    assert (g2["settled_debt"], g2["retained"]) == (0, 50)
-
-    c1 = _consume(http, server, acct, 70, 3)
-    assert c1 == {
-        "account_id": acct,
-        "sequence": 3,
-        "timestamp": 3,
-        "amount": 70,
-        "balance": 80,
-        "available": 80,
-        "debt": 0,
-        "consumed": 70,
-        "debt_added": 0,
-        "allocation": [
-            {"grant_id": 2, "expiry": 5, "amount": 50},
-            {"grant_id": 1, "expiry": 10, "amount": 20},
-        ],
-    }
-    assert _balance(http, server, acct, 4) == {
-        "account_id": acct,
-        "timestamp": 4,
-        "balance": 80,
-        "available": 80,
-        "debt": 0,
-    }
-
-    c2 = _consume(http, server, acct, 90, 8)
-    assert c2["debt"] == 10  # consume returns the outstanding debt
-    assert (c2["balance"], c2["available"], c2["consumed"], c2["debt_added"]) == (-10, 0, 80, 10)
-    assert c2["allocation"] == [{"grant_id": 1, "expiry": 10, "amount": 80}]
-    b8 = _balance(http, server, acct, 8)
-    assert (b8["balance"], b8["available"], b8["debt"]) == (-10, 0, 10)
-
-    g3 = _grant(http, server, acct, 30, 12, 20)
-    assert (g3["settled_debt"], g3["retained"]) == (10, 20)
-    assert (g3["balance"], g3["available"], g3["debt"]) == (20, 20, 0)
-    b12 = _balance(http, server, acct, 12)
-    assert (b12["timestamp"], b12["balance"], b12["available"], b12["debt"]) == (12, 20, 20, 0)
-
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
+def test_spec_example(server: ServerProcess, http: httpx.Client, example: Example) -> None:
+    acct = example.name
+    for step in example.steps:
+        sent = step.send(
+            partial(_grant, http, server, acct),
+            partial(_consume, http, server, acct),
+            partial(_balance, http, server, acct),
+        )
+        assert sent == step.body(acct), step
     # Without a timestamp: answered at the account's latest time, changing nothing.
-    assert _balance(http, server, acct) == b12
-    kinds = [(e["sequence"], e["kind"]) for e in _ledger(http, server, acct)]
-    assert kinds == [
-        (1, "grant"),
-        (2, "grant"),
-        (3, "consumption"),
-        (4, "consumption"),
-        (5, "grant"),
-    ]
-
-
-def test_spec_example_2(server: ServerProcess, http: httpx.Client) -> None:
-    acct = "example-2"
-    _grant(http, server, acct, 50, 0, 5)
-    b5 = _balance(http, server, acct, 5)
-    assert (b5["timestamp"], b5["balance"], b5["available"], b5["debt"]) == (5, 0, 0, 0)
-
-    c = _consume(http, server, acct, 20, 6)
-    assert c["debt"] == 20
-    assert (c["balance"], c["available"], c["consumed"], c["debt_added"]) == (-20, 0, 0, 20)
-    assert c["allocation"] == []
-    b6 = _balance(http, server, acct, 6)
-    assert (b6["balance"], b6["available"], b6["debt"]) == (-20, 0, 20)
-
-    entries = _ledger(http, server, acct)
-    assert [e["kind"] for e in entries] == ["grant", "expiration", "consumption"]
-    assert {k: entries[1][k] for k in ("timestamp", "grant_id", "expiry", "amount")} == {
-        "timestamp": 5,
-        "grant_id": 1,
-        "expiry": 5,
-        "amount": 50,
-    }
+    assert _balance(http, server, acct) == example.last.body(acct)
+    assert _ledger(http, server, acct) == example.ledger()
 
 
 def test_regression_and_unknown_account(server: ServerProcess, http: httpx.Client) -> None:
@@ -198,61 +123,6 @@ def test_regression_and_unknown_account(server: ServerProcess, http: httpx.Clien
 
 
 # -- concurrency: linearizable writes on one account --------------------------------------
-
-
-@dataclass
-class _Model:
-    """The sequential semantics, for one expiry and one timestamp (nothing expires)."""
-
-    available: int = 0
-    debt: int = 0
-    batches: list[list[int]] = field(default_factory=list)  # [grant_id, remaining], FIFO
-    next_grant_id: int = 1
-
-    def grant(self, amount: int) -> JsonObject:
-        settled = min(self.debt, amount)
-        self.debt -= settled
-        retained = amount - settled
-        self.available += retained
-        grant_id = self.next_grant_id
-        self.next_grant_id += 1
-        if retained:
-            self.batches.append([grant_id, retained])
-        return {
-            "grant_id": grant_id,
-            "settled_debt": settled,
-            "retained": retained,
-            **self.figures(),
-        }
-
-    def consume(self, amount: int) -> JsonObject:
-        consumed = min(self.available, amount)
-        self.available -= consumed
-        debt_added = amount - consumed
-        self.debt += debt_added
-        allocation: list[JsonObject] = []
-        left = consumed
-        while left:
-            batch = self.batches[0]
-            take = min(batch[1], left)
-            allocation.append({"grant_id": batch[0], "expiry": FAR_EXPIRY, "amount": take})
-            batch[1] -= take
-            left -= take
-            if batch[1] == 0:
-                self.batches.pop(0)
-        return {
-            "consumed": consumed,
-            "debt_added": debt_added,
-            "allocation": allocation,
-            **self.figures(),
-        }
-
-    def figures(self) -> JsonObject:
-        return {
-            "balance": self.available - self.debt,
-            "available": self.available,
-            "debt": self.debt,
-        }
 
 
 CONCURRENT_REQUESTS = 320
@@ -296,33 +166,25 @@ def test_concurrent_writes_on_one_account_are_linearizable(
     ordered = sorted(results, key=lambda r: int(r[2]["sequence"]))
     assert [r[2]["sequence"] for r in ordered] == list(range(1, len(ops) + 1))
 
-    model = _Model()
+    # Replayed in sequence order, the reference model predicts every answer exactly.
+    model = Account(acct)
     for kind, amount, body in ordered:
-        expected: JsonObject = {"account_id": acct, "timestamp": ts, "amount": amount}
         if kind == "grant":
-            expected |= {"expiry": FAR_EXPIRY, **model.grant(amount)}
+            expected = model.grant(amount, ts, FAR_EXPIRY)
         else:
-            expected |= model.consume(amount)
-        expected["sequence"] = body["sequence"]
+            expected = model.consume(amount, ts)
         assert body == expected, f"sequence {body['sequence']}"
 
     final = _balance(http, server, acct)
-    assert final == {"account_id": acct, "timestamp": ts, **model.figures()}
+    assert final == model.read_balance()
 
     entries = _ledger(http, server, acct)
     assert len(entries) == len(ops)
-    for entry, (kind, _, body) in zip(entries, ordered, strict=True):
-        expected_entry = {k: v for k, v in body.items() if k != "account_id"}
-        expected_entry["kind"] = "grant" if kind == "grant" else "consumption"
-        assert entry == expected_entry, f"ledger entry {entry['sequence']}"
+    assert entries == model.entries
 
     r = http.get(_url(server, acct, "grants"))
     assert r.status_code == 200, r.text
-    live = r.json()
-    assert {k: live[k] for k in ("balance", "available", "debt")} == model.figures()
-    assert live["grants"] == [
-        {"grant_id": gid, "expiry": FAR_EXPIRY, "remaining": rem} for gid, rem in model.batches
-    ]
+    assert r.json() == model.live_grants()
 
 
 # -- graceful restart --------------------------------------------------------------------

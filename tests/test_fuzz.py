@@ -45,7 +45,7 @@ from schemathesis.specs.openapi.checks import (
 from app.keys import Scope, create_key
 from app.main import create_app
 from app.settings import Settings
-from tests.server_process import ROOT
+from tests.support.server_process import ROOT
 
 MAX_EXAMPLES = 60
 OPENAPI_FILE = ROOT / "openapi" / "openapi.json"

@@ -10,12 +10,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.server_process import ROOT, ServerProcess
+from tests.support.server_process import ROOT, ServerProcess
+from tests.support.spec_examples import EXAMPLE_1, EXAMPLES, Example
 
 PACKAGE = "gpu_credits_client"
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -126,56 +128,32 @@ def _figures(parsed: Any) -> tuple[int, int, int]:
     return parsed.balance, parsed.available, parsed.debt
 
 
-def test_spec_example_1_through_generated_client(gen: Generated, client: Any) -> None:
-    acct = "gen-example-1"
-    g1 = _grant(gen, client, acct, 100, 0, 10)
-    assert (g1.account_id, g1.grant_id, g1.sequence, g1.timestamp) == (acct, 1, 1, 0)
-    assert (g1.amount, g1.expiry, g1.settled_debt, g1.retained) == (100, 10, 0, 100)
-    assert _figures(g1) == (100, 100, 0)
-    assert g1.additional_properties == {}  # the document describes every member
-
-    g2 = _grant(gen, client, acct, 50, 2, 5)
-    assert (g2.grant_id, g2.retained) == (2, 50)
-    assert _figures(g2) == (150, 150, 0)
-
-    c1 = _consume(gen, client, acct, 70, 3)
-    assert c1.debt == 0
-    assert (c1.sequence, c1.amount, c1.consumed, c1.debt_added) == (3, 70, 70, 0)
-    assert _figures(c1) == (80, 80, 0)
-    assert [(a.grant_id, a.expiry, a.amount) for a in c1.allocation] == [(2, 5, 50), (1, 10, 20)]
-    assert c1.additional_properties == {}
-
-    assert _figures(_balance(gen, client, acct, 4)) == (80, 80, 0)
-
-    c2 = _consume(gen, client, acct, 90, 8)
-    assert c2.debt == 10
-    assert (c2.consumed, c2.debt_added) == (80, 10)
-    assert _figures(c2) == (-10, 0, 10)
-    assert _figures(_balance(gen, client, acct, 8)) == (-10, 0, 10)
-
-    g3 = _grant(gen, client, acct, 30, 12, 20)
-    assert (g3.settled_debt, g3.retained) == (10, 20)
-    assert _figures(g3) == (20, 20, 0)
-    assert _figures(_balance(gen, client, acct, 12)) == (20, 20, 0)
-
-
-def test_spec_example_2_through_generated_client(gen: Generated, client: Any) -> None:
-    acct = "gen-example-2"
-    _grant(gen, client, acct, 50, 0, 5)
-    assert _figures(_balance(gen, client, acct, 5)) == (0, 0, 0)
-    c = _consume(gen, client, acct, 20, 6)
-    assert c.debt == 20
-    assert (c.consumed, c.debt_added, c.allocation) == (0, 20, [])
-    assert _figures(_balance(gen, client, acct, 6)) == (-20, 0, 20)
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
+def test_spec_example_through_generated_client(
+    gen: Generated, client: Any, example: Example
+) -> None:
+    acct = f"gen-{example.name}"
+    for step in example.steps:
+        parsed = step.send(
+            partial(_grant, gen, client, acct),
+            partial(_consume, gen, client, acct),
+            partial(_balance, gen, client, acct),
+        )
+        assert parsed.additional_properties == {}  # the document describes every member
+        assert parsed.to_dict() == step.body(acct), step
 
     # The ledger's entries are a union of three models: each parses as the right one.
     page = gen.list_ledger_entries.sync(account_id=acct, client=client)
     assert isinstance(page, gen.models.LedgerPage), page
     assert page.next_after is None
     m = gen.models
-    assert [type(e) for e in page.entries] == [m.GrantEntry, m.ExpirationEntry, m.ConsumptionEntry]
-    expired = page.entries[1]
-    assert (expired.timestamp, expired.grant_id, expired.expiry, expired.amount) == (5, 1, 5, 50)
+    models = {
+        "grant": m.GrantEntry,
+        "consumption": m.ConsumptionEntry,
+        "expiration": m.ExpirationEntry,
+    }
+    assert [type(e) for e in page.entries] == [models[e["kind"]] for e in example.ledger()]
+    assert [e.to_dict() for e in page.entries] == example.ledger()
 
 
 def test_errors_parse_as_problem(gen: Generated, client: Any) -> None:
@@ -223,15 +201,10 @@ def test_batch_through_generated_client(gen: Generated, client: Any) -> None:
     apply_batch = importlib.import_module(f"{PACKAGE}.api.credits_.apply_batch")
     m = gen.models
     acct = "gen-batch-1"
+    classes = {"grant": m.GrantOperation, "consume": m.ConsumeOperation}
     operations = [
-        m.GrantOperation(op="grant", account_id=acct, amount=100, timestamp=0, expiry=10),
-        m.GrantOperation(op="grant", account_id=acct, amount=50, timestamp=2, expiry=5),
-        m.ConsumeOperation(op="consume", account_id=acct, amount=70, timestamp=3),
-        m.BalanceOperation(op="balance", account_id=acct, timestamp=4),
-        m.ConsumeOperation(op="consume", account_id=acct, amount=90, timestamp=8),
-        m.BalanceOperation(op="balance", account_id=acct, timestamp=8),
-        m.GrantOperation(op="grant", account_id=acct, amount=30, timestamp=12, expiry=20),
-        m.BalanceOperation(op="balance", account_id=acct, timestamp=12),
+        classes.get(s.op, m.BalanceOperation).from_dict(s.batch_operation(acct))
+        for s in EXAMPLE_1.steps
     ]
     response = apply_batch.sync_detailed(
         client=client, body=m.BatchRequest(operations=operations), idempotency_key="gen-batch"
@@ -242,47 +215,14 @@ def test_batch_through_generated_client(gen: Generated, client: Any) -> None:
     assert isinstance(parsed, m.BatchResponse), response.content
     assert (parsed.succeeded, parsed.failed) == (8, 0)
     results = parsed.results
-    assert [(str(r.op), r.status) for r in results] == [
-        ("grant", 201),
-        ("grant", 201),
-        ("consume", 200),
-        ("balance", 200),
-        ("consume", 200),
-        ("balance", 200),
-        ("grant", 201),
-        ("balance", 200),
-    ]
+    assert [(str(r.op), r.status) for r in results] == [(s.op, s.status) for s in EXAMPLE_1.steps]
+    answers = {"grant": m.GrantResponse, "consume": m.ConsumeResponse}
+    expected_types = [answers.get(s.op, m.BalanceResponse) for s in EXAMPLE_1.steps]
     bodies = [r.body for r in results]
-    expected_types = [
-        m.GrantResponse,
-        m.GrantResponse,
-        m.ConsumeResponse,
-        m.BalanceResponse,
-        m.ConsumeResponse,
-        m.BalanceResponse,
-        m.GrantResponse,
-        m.BalanceResponse,
-    ]
     assert [type(body) for body in bodies] == expected_types
     for body in bodies:
-        assert body.account_id == acct
         assert body.additional_properties == {}  # the document describes every member
-    assert [_figures(body) for body in bodies] == [
-        (100, 100, 0),
-        (150, 150, 0),
-        (80, 80, 0),
-        (80, 80, 0),
-        (-10, 0, 10),
-        (-10, 0, 10),
-        (20, 20, 0),
-        (20, 20, 0),
-    ]
-    c1 = bodies[2]
-    assert [(a.grant_id, a.expiry, a.amount) for a in c1.allocation] == [(2, 5, 50), (1, 10, 20)]
-    c2 = bodies[4]
-    assert (c2.debt, c2.consumed, c2.debt_added) == (10, 80, 10)
-    g3 = bodies[6]
-    assert (g3.grant_id, g3.sequence, g3.settled_debt, g3.retained) == (3, 5, 10, 20)
+    assert [body.to_dict() for body in bodies] == [s.body(acct) for s in EXAMPLE_1.steps]
 
     # The same batch again with the key: the first answer, byte for byte.
     again = apply_batch.sync_detailed(
@@ -323,7 +263,7 @@ def test_batch_through_generated_client(gen: Generated, client: Any) -> None:
     # Nothing applied: the account is as Example 1 left it, the new account was not created.
     latest = gen.get_balance.sync(account_id=acct, client=client)
     assert isinstance(latest, m.BalanceResponse), latest
-    assert (latest.timestamp, *_figures(latest)) == (12, 20, 20, 0)
+    assert latest.to_dict() == EXAMPLE_1.last.body(acct)
     missing = gen.get_balance.sync_detailed(account_id="gen-batch-new", client=client)
     assert missing.status_code == 404
     assert isinstance(missing.parsed, m.Problem)

@@ -6,8 +6,10 @@ path tricks, bad framing, control characters). Each must be answered with a 4xx 
 problem document, and the target account must be exactly as before: its ledger, balance and
 live grants for the seeded account; still 404 for a fresh one.
 
-Then the limits that need their own server: the slow-body timeout (408), and the caps on
-live grants per account and on accounts (409).
+Then the limits that need their own server: the slow-body and slow-header timeouts (408),
+the over-limit 503, and the caps on live grants per account and on accounts (409). Last, in
+process: bodies that used to stall the service or answer 500 (a huge body with one duplicate
+member, duplicate names that are lone surrogates) are quick 400s.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 JSON = dict[str, Any]
 MAX = 2**53 - 1
@@ -766,6 +768,33 @@ def test_slow_body_times_out_with_408(slow_body_server: ServerProcess, chunked: 
         assert snapshot(http, VICTIM) == before
 
 
+def test_slow_headers_are_cut_off_and_idle_connections_make_room(tmp_path: Path) -> None:
+    """Connections that never finish their headers used to be kept forever and, at
+    limit_concurrency, lock everyone out. Now they are cut off (408), and at the limit the
+    connections that wait for nothing are closed, oldest first, to serve a complete request
+    (the 503 problem document for busy connections: tests/test_connection_limits.py)."""
+    env = {"GPU_CREDITS_HEADER_TIMEOUT_S": "1", "GPU_CREDITS_LIMIT_CONCURRENCY": "3"}
+    server = ServerProcess(tmp_path / "data", storage="memory", env=env)
+    server.start()
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(2)]
+    slow = socket.create_connection(("127.0.0.1", server.port))
+    try:
+        slow.sendall(b"GET /healthz HTTP/1.1\r\n")  # and never the rest
+        # Three open (the limit): the two oldest waiting ones are closed to serve this.
+        assert httpx.get(f"{server.base_url}/healthz").status_code == 200
+        for sock in idle:
+            sock.settimeout(30)  # a bound on the wait, not a sleep
+            assert sock.recv(4096) == b""
+        slow.settimeout(30)  # a bound on the wait, not a sleep: the answer comes at 1 s
+        answer = slow.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert b"headers-timeout" in answer
+    finally:
+        for s in [*idle, slow]:
+            s.close()
+        server.stop()
+
+
 @pytest.fixture
 def capped_server(tmp_path: Path) -> Iterator[ServerProcess]:
     server = ServerProcess(
@@ -832,3 +861,38 @@ def test_live_grant_and_account_limits(capped_server: ServerProcess) -> None:
         assert snapshot(http, "b") == b_before
         # existing accounts keep working at the cap
         assert _grant(http, "b", 1, 1, 100).status_code == 201
+
+
+# -- strict JSON, in process ---------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+async def test_a_huge_body_with_one_duplicate_member_is_a_quick_400(
+    keyed: tuple[httpx.AsyncClient, str, str],
+) -> None:
+    """The duplicate-member check is linear: one large body used to stall the service."""
+    client, key, _ = keyed
+    members = ",".join(f'"k{i}":0' for i in range(300_000))  # about 3.3 MB, under the cap
+    body = ("{" + members + ',"k0":1}').encode()
+    r = await client.post(
+        "/v1/batch",
+        content=body,
+        headers={"content-type": "application/json", "authorization": f"Bearer {key}"},
+    )
+    assert r.status_code == 400, r.text
+    assert "duplicate member" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("path", ["/v1/accounts/a/grants", "/v1/batch"])
+async def test_duplicate_names_with_lone_surrogates_are_400_not_500(
+    keyed: tuple[httpx.AsyncClient, str, str], path: str
+) -> None:
+    client, key, _ = keyed
+    r = await client.post(
+        path,
+        content=b'{"\\ud800":1,"\\ud800":2}',
+        headers={"content-type": "application/json", "authorization": f"Bearer {key}"},
+    )
+    assert r.status_code == 400, r.text
+    assert r.headers["content-type"].startswith(PROBLEM_JSON)
+    json.loads(r.content)  # a well-formed document

@@ -1,7 +1,7 @@
 """Linearizability of the PostgreSQL backend across service processes (issue 6, item 5).
 
 Two ``gpu-credits serve`` processes on different ports share ONE PostgreSQL database (a fresh
-one per test, on the session's throwaway server from ``tests.pg_server``).
+one per test, on the session's throwaway server from ``tests.support.pg_server``).
 
 ``test_two_processes_are_linearizable_per_account``
     ``CLIENTS`` asyncio clients (``httpx.AsyncClient``), each picking one of the two servers at
@@ -17,11 +17,11 @@ one per test, on the session's throwaway server from ``tests.pg_server``).
     which replaying them through a small model reproduces every response. The check uses the
     ``sequence`` of each acknowledged grant and consumption, which fixes the order of writes:
 
-    (a) real time on writes: if write A ended before write B started, seq(A) < seq(B);
+    (a) real time on writes: if write A ended before write B started, sequence(A) < sequence(B);
     (b) the ledger (every page, read through both processes, identical) has sequences exactly
         1..N, its grant and consumption entries are exactly the acknowledged writes, and
-        replaying those writes in sequence order through the model (batches ordered by
-        (expiry, grant order), debt, clock, lazy expiration; SPEC section 1) reproduces every
+        replaying those writes in sequence order through the model (live grants ordered
+        by (expiry, grant order), debt, clock, lazy expiration; SPEC section 1) reproduces every
         ledger entry (expirations included) and every write's response body exactly;
     (c) every other call (balance reads, 409 rejections, 404s before the account exists) is
         placed in that write order within its real-time window so that the model's state
@@ -44,7 +44,6 @@ one per test, on the session's throwaway server from ``tests.pg_server``).
 from __future__ import annotations
 
 import asyncio
-import bisect
 import math
 import os
 import random
@@ -58,8 +57,9 @@ from typing import Any, Literal
 import httpx
 import pytest
 
-from tests.pg_server import PostgresServer
-from tests.server_process import ROOT, ServerProcess
+from tests.support.model import Account
+from tests.support.pg_server import PostgresServer
+from tests.support.server_process import ROOT, ServerProcess
 
 Json = dict[str, Any]
 Kind = Literal["grant", "consume", "balance"]
@@ -138,15 +138,19 @@ class Call:
         return self.kind != "balance"
 
     @property
+    def success_status(self) -> int:
+        return 201 if self.kind == "grant" else 200
+
+    @property
     def acked_write(self) -> bool:
-        return self.is_write and self.status in (200, 201)
+        return self.is_write and self.status == self.success_status
 
     @property
     def sequence(self) -> int:
         assert self.acked_write
         assert self.body is not None
-        seq: int = self.body["sequence"]
-        return seq
+        sequence: int = self.body["sequence"]
+        return sequence
 
     def describe(self) -> str:
         args = {"amount": self.amount, "timestamp": self.timestamp, "expiry": self.expiry}
@@ -202,133 +206,14 @@ async def _read_ledger(http: httpx.AsyncClient, base_url: str, account_id: str) 
 # -- the model ------------------------------------------------------------------------------
 
 
-class Model:
-    """One account by SPEC section 1 and the ledger's entry format, as plainly as possible:
-    a sorted list of ``[expiry, grant_id, remaining]`` batches, the debt and the clock."""
-
-    def __init__(self, account_id: str) -> None:
-        self.account_id = account_id
-        self.batches: list[list[int]] = []
-        self.debt = 0
-        self.clock = 0
-        self.next_grant_id = 1
-        self.entries: list[Json] = []
-
-    @property
-    def available(self) -> int:
-        return sum(b[2] for b in self.batches)
-
-    def _entry(self, kind: str, timestamp: int, **details: Any) -> Json:
-        available = self.available
-        entry: Json = {
-            "sequence": len(self.entries) + 1,
-            "kind": kind,
-            "timestamp": timestamp,
-            "balance": available - self.debt,
-            "available": available,
-            "debt": self.debt,
-            **details,
-        }
-        self.entries.append(entry)
-        return entry
-
-    def advance(self, timestamp: int) -> None:
-        """Move the clock, expiring (with a ledger entry each) the batches due by then."""
-        assert timestamp >= self.clock, (timestamp, self.clock)
-        while self.batches and self.batches[0][0] <= timestamp:
-            expiry, grant_id, remaining = self.batches.pop(0)
-            self._entry("expiration", expiry, grant_id=grant_id, expiry=expiry, amount=remaining)
-        self.clock = timestamp
-
-    def grant(self, amount: int, timestamp: int, expiry: int) -> Json:
-        self.advance(timestamp)
-        settled = min(amount, self.debt)
-        retained = amount - settled
-        grant_id = self.next_grant_id
-        self.next_grant_id += 1
-        self.debt -= settled
-        if retained:
-            bisect.insort(self.batches, [expiry, grant_id, retained])
-        entry = self._entry(
-            "grant",
-            timestamp,
-            grant_id=grant_id,
-            amount=amount,
-            expiry=expiry,
-            settled_debt=settled,
-            retained=retained,
-        )
-        return {
-            "account_id": self.account_id,
-            **{k: v for k, v in entry.items() if k != "kind"},
-        }
-
-    def consume(self, amount: int, timestamp: int) -> Json:
-        self.advance(timestamp)
-        consumed = min(amount, self.available)
-        allocation: list[Json] = []
-        left = consumed
-        while left:
-            batch = self.batches[0]
-            take = min(batch[2], left)
-            allocation.append({"grant_id": batch[1], "expiry": batch[0], "amount": take})
-            batch[2] -= take
-            left -= take
-            if batch[2] == 0:
-                self.batches.pop(0)
-        self.debt += amount - consumed
-        entry = self._entry(
-            "consumption",
-            timestamp,
-            amount=amount,
-            consumed=consumed,
-            debt_added=amount - consumed,
-            allocation=allocation,
-        )
-        return {
-            "account_id": self.account_id,
-            **{k: v for k, v in entry.items() if k != "kind"},
-        }
-
-    def apply(self, call: Call) -> Json:
-        assert call.amount is not None
-        assert call.timestamp is not None
-        if call.kind == "grant":
-            assert call.expiry is not None
-            return self.grant(call.amount, call.timestamp, call.expiry)
-        return self.consume(call.amount, call.timestamp)
-
-    def snapshot(self) -> Snapshot:
-        batches = tuple((b[0], b[2]) for b in self.batches)
-        return Snapshot(batches=batches, debt=self.debt, clock=self.clock)
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The account right after a write: what every read or rejection placed after it (and
-    before the next write) sees, at whatever clock reads have moved it to by then."""
-
-    batches: tuple[tuple[int, int], ...]  # (expiry, remaining)
-    debt: int
-    clock: int
-
-    def view(self, account_id: str, clock: int) -> Json:
-        available = sum(remaining for expiry, remaining in self.batches if expiry > clock)
-        return {
-            "account_id": account_id,
-            "timestamp": clock,
-            "balance": available - self.debt,
-            "available": available,
-            "debt": self.debt,
-        }
-
-
-def replay_ledger(account_id: str, writes: Sequence[Call]) -> Model:
-    """``writes`` (acknowledged, in sequence order) through the model: reads move nothing."""
-    model = Model(account_id)
-    for call in writes:
-        model.apply(call)
-    return model
+def apply(model: Account, call: Call) -> Json:
+    """An acknowledged write through the reference model; returns the answer it predicts."""
+    assert call.amount is not None
+    assert call.timestamp is not None
+    if call.kind == "grant":
+        assert call.expiry is not None
+        return model.grant(call.amount, call.timestamp, call.expiry)
+    return model.consume(call.amount, call.timestamp)
 
 
 def check_real_time_of_writes(writes: Sequence[Call]) -> None:
@@ -366,20 +251,20 @@ class Placement:
     """(c): find one total order of all calls of an account, consistent with real time, in
     which the acknowledged writes come in sequence order and every other call gets exactly
     the response recorded for it. State = (set of placed calls, model clock); the number of
-    placed writes is implied by the set, and the account between two writes is the snapshot
-    after the first, seen at the clock."""
+    placed writes is implied by the set, and the account between two writes is the model's
+    copy after the first, read at the clock."""
 
     def __init__(
         self,
         account_id: str,
         calls: Sequence[Call],
-        snapshots: Sequence[Snapshot],
-        history: Sequence[Json],
+        snapshots: Sequence[Account],
+        replayed: Account,
     ) -> None:
         self.account_id = account_id
         self.calls = list(calls)
         self.snapshots = snapshots  # [0] is "the account does not exist yet"
-        self.history = history  # the whole replayed ledger: what as-of reads answer from
+        self.replayed = replayed  # the whole replayed ledger: what as-of reads answer from
         writes = sorted((c for c in self.calls if c.acked_write), key=lambda c: c.sequence)
         self.write_rank = {id(c): rank for rank, c in enumerate(writes, start=1)}
         self.states = 0
@@ -406,20 +291,9 @@ class Placement:
             if at < clock:
                 # Entries at or before a time the clock has passed are final: the as-of
                 # state is the same wherever the read sits after this point.
-                return body == self.as_of(at), clock
-            return body == self.snapshots[writes].view(self.account_id, at), clock
+                return body == self.replayed.read_balance(at), clock
+            return body == self.snapshots[writes].read_balance(at), clock  # a projection
         return False, clock
-
-    def as_of(self, at: int) -> Json:
-        last = [e for e in self.history if e["timestamp"] <= at]
-        available, debt = (last[-1]["available"], last[-1]["debt"]) if last else (0, 0)
-        return {
-            "account_id": self.account_id,
-            "timestamp": at,
-            "balance": available - debt,
-            "available": available,
-            "debt": debt,
-        }
 
     def search(self) -> bool:
         n = len(self.calls)
@@ -493,10 +367,8 @@ class Placement:
                 expected = "404 (no write placed yet)"
             else:
                 at = clock if call.timestamp is None else call.timestamp
-                expected = (
-                    self.as_of(at)
-                    if at < clock
-                    else self.snapshots[writes].view(self.account_id, at)
+                expected = (self.replayed if at < clock else self.snapshots[writes]).read_balance(
+                    at
                 )
             lines.append(f"  {call.describe()}\n    model here: {expected}")
         return "\n".join(lines)
@@ -525,15 +397,15 @@ def check_account(
     assert ledger_writes == seqs, (
         f"{account_id}: the ledger's writes {ledger_writes} are not the acknowledged ones {seqs}"
     )
-    model = Model(account_id)
-    snapshots = [model.snapshot()]
+    model = Account(account_id)
+    snapshots = [model.copy()]
     for call in writes:
-        expected = model.apply(call)
+        expected = apply(model, call)
         assert call.body == expected, (
             f"{account_id}: response differs from the model's replay of the ledger order\n"
             f"  call:  {call.describe()}\n  model: {expected}"
         )
-        snapshots.append(model.snapshot())
+        snapshots.append(model.copy())
     if writes:  # the final plain read answers at the clock, which only writes moved
         assert final_clock == model.clock, (account_id, final_clock, model.clock)
     for got, want in zip(ledger, model.entries, strict=False):
@@ -543,7 +415,7 @@ def check_account(
     )
 
     # (c) every read and rejection fits somewhere in its real-time window
-    placement = Placement(account_id, calls, snapshots, model.entries)
+    placement = Placement(account_id, calls, snapshots, model)
     assert placement.search(), placement.explain()
     return Verdict(
         account_id=account_id,
@@ -699,7 +571,7 @@ async def test_one_process_killed_mid_load_loses_nothing_acknowledged(
 
     # The survivor served everything, before, during and after the kill.
     to_survivor = [c for c in calls if c.server == survivor]
-    failed = [c for c in to_survivor if c.status not in (200, 201, 409)]
+    failed = [c for c in to_survivor if c.status not in (c.success_status, 409)]
     assert not failed, "the survivor failed requests:\n" + "\n".join(
         c.describe() for c in failed[:10]
     )
@@ -712,7 +584,7 @@ async def test_one_process_killed_mid_load_loses_nothing_acknowledged(
     to_victim = [c for c in calls if c.server == victim]
     early_failures = [c for c in to_victim if c.error is not None and c.end < kill_started]
     assert not early_failures, early_failures[0].describe()
-    wrong = [c for c in to_victim if c.error is None and c.status not in (200, 201, 409)]
+    wrong = [c for c in to_victim if c.error is None and c.status not in (c.success_status, 409)]
     assert not wrong, wrong[0].describe()
     in_doubt = {id(c) for c in to_victim if c.error is not None and c.start < killed_at}
     committed_in_doubt = 0
@@ -748,16 +620,16 @@ async def test_one_process_killed_mid_load_loses_nothing_acknowledged(
             )
             # Replay what the ledger holds (in-doubt calls that committed included); every
             # acknowledged response must be reproduced.
-            model = Model(account_id)
+            model = Account(account_id)
             for call in ledger_writes:
                 assert call is not None
-                expected = model.apply(call)
+                expected = apply(model, call)
                 if call.acked_write:
                     assert call.body == expected, (call.describe(), expected)
             assert ledger == model.entries, f"{account_id}: the ledger does not replay"
             r = await http.get(f"{urls[survivor]}/v1/accounts/{account_id}/balance")
             assert r.status_code == 200, r.text
-            assert r.json() == model.snapshot().view(account_id, model.clock)
+            assert r.json() == model.read_balance()
 
     print(
         f"\nkill: {len(calls)} calls through {len(cluster)} processes, process {victim} "

@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from app.main import create_app
 from app.settings import Settings
+from tests.support.app_runner import running
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = REPO_ROOT / "openapi" / "openapi.json"
@@ -39,10 +39,7 @@ WITH_409 = {"grantCredits", "consumeCredits", "applyBatch"}
 async def served(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     """The document the running app serves at /openapi.json."""
     app = create_app(Settings(storage="memory", data_dir=tmp_path / "data"))
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as c,
-    ):
+    async with running(app) as c:
         r = await c.get("/openapi.json")
         assert r.status_code == 200, r.text
         assert r.headers["content-type"].startswith("application/json")

@@ -36,8 +36,8 @@ from typing import Any, Literal
 import httpx
 import pytest
 
-from tests.pg_server import PostgresServer, PostgresUnavailable, start_postgres
-from tests.server_process import ServerProcess
+from tests.support.pg_server import PostgresServer, PostgresUnavailable, start_postgres
+from tests.support.server_process import ServerProcess
 
 TEST_TIMEOUT_S = 60  # the whole test: PostgreSQL and service start included
 LOAD_BUDGET_S = 35.0  # the load phase; the restarts take a few seconds in all

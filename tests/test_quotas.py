@@ -5,32 +5,30 @@ test runs the scenario from the issue against a real server with keys from the C
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.ledger import (
-    BatchOutcome,
-    ConsumeOp,
-    GrantOp,
-    Idempotency,
-    Ledger,
-    Limits,
-    Operation,
-    QuotaExceeded,
-    batch_scope,
-)
+from app.adapters.embedded import EmbeddedPort
+from app.adapters.postgres import PostgresPort
+from app.api.render import encode_answer
 from app.main import create_app
 from app.quotas import Quota
-from app.shared_ledger import SharedLedger
+from app.service.commands import ConsumeOp, GrantOp, Operation
+from app.service.errors import QuotaExceeded
+from app.service.idempotency import Idempotency, batch_scope
+from app.service.ledger import Ledger
+from app.service.limits import Limits
+from app.service.results import BatchOutcome
 from app.storage.memory import MemoryStore
-from tests.conftest import make_settings
-from tests.pg_server import PostgresServer
-from tests.server_process import ServerProcess
+from tests.support.app_runner import make_settings, running
+from tests.support.pg_server import PostgresServer
+from tests.support.server_process import ServerProcess
 from tests.test_security import create_key, run_cli
 
 TEAM_A = "team-a:"
@@ -41,9 +39,14 @@ def quota(accounts: int = 100, live: int = 100, keys: int = 100) -> Quota:
     return Quota(max_accounts=accounts, max_live_grants=live, max_idempotency_keys=keys)
 
 
+def embedded_ledger(limits: Limits, wall_clock_s: Callable[[], float] = time.time) -> Ledger:
+    port = EmbeddedPort(MemoryStore(), limits, wall_clock_s)
+    return Ledger(port, encode_answer, limits, wall_clock_s)
+
+
 @pytest.fixture
 async def ledger() -> AsyncIterator[Ledger]:
-    ledger = Ledger(MemoryStore(), Limits(max_live_grants=50))
+    ledger = embedded_ledger(Limits(max_live_grants=50))
     await ledger.start()
     try:
         yield ledger
@@ -53,11 +56,7 @@ async def ledger() -> AsyncIterator[Ledger]:
 
 def key(name: str) -> Idempotency:
     fingerprint = hashlib.sha256(name.encode()).hexdigest()
-    return Idempotency(name, fingerprint, 201, lambda _: b"{}")
-
-
-def no_body(outcome: BatchOutcome) -> bytes:
-    return b"{}"
+    return Idempotency(name, fingerprint)
 
 
 async def test_a_full_tenant_cannot_create_accounts_and_others_still_can(ledger: Ledger) -> None:
@@ -96,13 +95,13 @@ async def test_live_grants_are_counted_per_tenant_and_released(ledger: Ledger) -
         "live grants",
         3,
     )
-    # A grant swallowed whole by debt keeps no batch: always allowed.
+    # A grant swallowed whole by debt keeps no live grant: always allowed.
     await ledger.consume("team-a:3", 7, 0)
     await ledger.grant("team-a:3", 7, 0, 50)
-    # Consuming a whole batch releases it.
+    # Consuming a whole live grant releases it.
     await ledger.consume("team-a:1", 5, 1)
     await ledger.grant("team-a:2", 5, 1, 40)
-    # A grant whose own time expires a batch of its account makes room for itself.
+    # A grant whose own time expires a live grant of its account makes room for itself.
     with pytest.raises(QuotaExceeded):
         await ledger.grant("team-a:2", 5, 1, 60)
     await ledger.grant("team-a:1", 5, 20, 60)  # expiries 20 on team-a:1 ends at 20
@@ -129,7 +128,7 @@ async def test_idempotency_keys_per_tenant_including_batch_keys(ledger: Ledger) 
     ops = [GrantOp("team-a:2", 1, 0, 10)]
     keyed = key("kb")
     keyed.scope = batch_scope("kA")  # a batch sent by team-a's key counts against team-a
-    await ledger.batch(ops, atomic=False, idempotency=keyed, render=no_body)
+    await ledger.batch(ops, atomic=False, idempotency=keyed)
     with pytest.raises(QuotaExceeded) as refused:
         await ledger.grant("team-a:1", 1, 0, 10, key("k3"))
     assert (refused.value.tenant, refused.value.quota) == (TEAM_A, "idempotency keys")
@@ -147,7 +146,7 @@ async def test_an_aborted_atomic_batch_gives_back_what_it_counted(ledger: Ledger
         ConsumeOp("team-a:1", 1, 5),
         GrantOp("team-a:1", 5, 0, 10),  # timestamp regression: the batch is aborted
     ]
-    outcome = await ledger.batch(ops, atomic=True, idempotency=None, render=no_body)
+    outcome = await ledger.batch(ops, atomic=True, idempotency=None)
     assert isinstance(outcome, BatchOutcome)
     assert outcome.failed_index == 3
     # Nothing was kept, so the whole quota is still there.
@@ -237,7 +236,7 @@ def test_one_tenant_filling_its_quota_does_not_lock_out_another(tmp_path: Path) 
 async def test_keys_past_their_retention_give_their_room_back() -> None:
     now_s = [1_000_000.0]
     limits = Limits(idempotency_ttl_s=60.0)
-    ledger = Ledger(MemoryStore(), limits, wall_clock_s=lambda: now_s[0])
+    ledger = embedded_ledger(limits, lambda: now_s[0])
     await ledger.start()
     try:
         ledger.configure_tenants({TEAM_A: quota(keys=1)}, {})
@@ -296,17 +295,16 @@ async def test_a_postgres_process_caches_at_most_max_live_grants(
         update={"max_live_grants": 5}
     )
     app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client,
-    ):
+    async with running(app) as client:
         for i in range(12):
             body = {"amount": 10, "timestamp": 0, "expiry": 100 + i}
             r = await client.post(f"/v1/accounts/c{i}/grants", json=body)
             assert r.status_code == 201, r.text
         ledger = app.state.ledger
-        assert isinstance(ledger, SharedLedger)
-        assert ledger.cached_live_grants <= 5
+        assert isinstance(ledger, Ledger)
+        port = ledger.port
+        assert isinstance(port, PostgresPort)
+        assert port.cached_live_grants <= 5
         # Evicted accounts reload from the database and answer exactly.
         for i in range(12):
             r = await client.post(
@@ -314,4 +312,4 @@ async def test_a_postgres_process_caches_at_most_max_live_grants(
             )
             assert r.status_code == 200, r.text
             assert (r.json()["available"], r.json()["allocation"][0]["grant_id"]) == (6, 1)
-        assert ledger.cached_live_grants <= 5
+        assert port.cached_live_grants <= 5

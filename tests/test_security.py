@@ -22,17 +22,17 @@ import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.server_process import ROOT, ServerProcess, console_script, free_port
+from app.keys import load_records
+from tests.support.api import assert_problem
+from tests.support.server_process import ROOT, ServerProcess, console_script, free_port
 
-JSON = dict[str, Any]
-PROBLEM_JSON = "application/problem+json"
 KEY_RE = re.compile(r"^gck_(?P<key_id>[0-9a-f]{12})_(?P<secret>[A-Za-z0-9_-]{43})$")
 GRANT_BODY = {"amount": 10, "timestamp": 1, "expiry": 1000}
 STARTUP_TIMEOUT_S = 60.0
@@ -91,18 +91,6 @@ def revoke_key(data_dir: Path, key_id: str) -> None:
 
 def keys_path(data_dir: Path) -> Path:
     return data_dir / "api-keys.json"
-
-
-def assert_problem(response: httpx.Response, status: int) -> JSON:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].split(";")[0].strip() == PROBLEM_JSON
-    body = response.json()
-    assert isinstance(body, dict)
-    for member in ("type", "title", "detail"):
-        assert isinstance(body.get(member), str), body
-        assert body[member], body
-    assert body.get("status") == status, body
-    return body
 
 
 def assert_unauthenticated(response: httpx.Response) -> None:
@@ -212,10 +200,21 @@ class Secured:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     data_dir = tmp_path_factory.mktemp("secured") / "data"
     data_dir.mkdir()
-    admin = create_key(data_dir, "admin", "credits:grant", "credits:consume", "credits:read")
-    granter = create_key(data_dir, "team-a-granter", "credits:grant", prefix="team-a:")
-    consumer = create_key(data_dir, "team-a-scheduler", "credits:consume", prefix="team-a:")
-    reader = create_key(data_dir, "auditor", "credits:read")
+
+    def make(spec: tuple[str, tuple[str, ...], str | None]) -> Key:
+        name, scopes, prefix = spec
+        return create_key(data_dir, name, *scopes, prefix=prefix)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:  # each is a process: let them overlap
+        admin, granter, consumer, reader = pool.map(
+            make,
+            [
+                ("admin", ("credits:grant", "credits:consume", "credits:read"), None),
+                ("team-a-granter", ("credits:grant",), "team-a:"),
+                ("team-a-scheduler", ("credits:consume",), "team-a:"),
+                ("auditor", ("credits:read",), None),
+            ],
+        )
     server = ServerProcess(
         data_dir, env={"GPU_CREDITS_ACCESS_LOG": "true", "GPU_CREDITS_LOG_LEVEL": "debug"}
     )
@@ -293,6 +292,27 @@ def test_keys_revoke_of_an_unknown_id_fails(tmp_path: Path) -> None:
     done = run_cli(data_dir, "keys", "revoke", "000000000000")
     assert done.returncode != 0
     assert keys_path(data_dir).read_bytes() == before
+
+
+def test_concurrent_key_commands_lose_nothing(tmp_path: Path) -> None:
+    """Concurrent ``keys create`` (each a process of its own) all land in the key file."""
+    env = {**os.environ, "GPU_CREDITS_DATA_DIR": str(tmp_path)}
+
+    def create(i: int) -> str:
+        done = subprocess.run(
+            [console_script(), "keys", "create", "--name", f"n{i}", "--scope", "credits:read"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        keys = list(pool.map(create, range(12)))
+    records = load_records(tmp_path / "api-keys.json")
+    assert len(records) == 12
+    assert {k.split("_")[1] for k in keys} == {r.key_id for r in records}
 
 
 # -- authentication and authorization ------------------------------------------------------

@@ -26,11 +26,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.domain import Batch
+from app.domain import LiveGrant
 from app.storage.base import AccountRow, Change, StorageError
 from app.storage.memory import MemoryStore
 from app.storage.sqlite import SqliteStore
-from tests.server_process import ServerProcess, console_script, free_port
+from tests.support.server_process import ServerProcess, console_script, free_port
 
 DB_NAME = "gpu-credits.sqlite3"  # the default GPU_CREDITS_SQLITE_FILE
 SECOND_SERVER_TIMEOUT_S = 30.0  # a refused second server exits well within this
@@ -179,6 +179,37 @@ def test_a_second_server_reaching_the_same_file_another_way_is_refused(
     assert httpx.get(f"{first.base_url}/healthz").status_code == 200
 
 
+def test_a_second_process_on_the_same_sqlite_file_is_refused(tmp_path: Path) -> None:
+    first = ServerProcess(tmp_path / "data")
+    first.start()
+    try:
+        env = {**os.environ, "GPU_CREDITS_DATA_DIR": str(tmp_path / "data")}
+        second = subprocess.run(
+            [console_script(), "serve", "--port", "0"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode != 0
+        assert "in use by another gpu-credits process" in second.stdout + second.stderr
+        # The first one is unaffected.
+        r = httpx.post(
+            f"{first.base_url}/v1/accounts/a/grants",
+            json={"amount": 1, "timestamp": 0, "expiry": 5},
+        )
+        assert r.status_code == 201
+    finally:
+        first.stop()
+    # Once the first is gone, the file opens again (the lock dies with its process).
+    again = ServerProcess(tmp_path / "data")
+    again.start()
+    try:
+        assert httpx.get(f"{again.base_url}/v1/accounts/a/balance").json()["balance"] == 1
+    finally:
+        again.stop()
+
+
 def test_the_lock_dies_with_a_killed_server(tmp_path: Path, first: ServerProcess) -> None:
     """The lock is the kernel's: after SIGKILL another server opens the file at once, here
     through a symlink, and finds everything the first one acknowledged."""
@@ -261,8 +292,8 @@ def test_the_first_write_after_the_directory_is_replaced_is_refused(
 
 
 def one_change(account_id: str = "a") -> list[Change]:
-    row = AccountRow(account_id, clock=0, debt=0, next_grant_seq=2, next_entry_seq=1)
-    return [Change(row, upserted_batches=[Batch(1, 10, 1)])]
+    row = AccountRow(account_id, clock=0, debt=0, next_grant_id=2, next_sequence=1)
+    return [Change(row, upserted_live_grants=[LiveGrant(1, 10, 1)])]
 
 
 async def test_a_healthy_store_reports_no_problem(tmp_path: Path) -> None:

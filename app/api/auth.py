@@ -105,7 +105,8 @@ class Authenticator:
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._mtime_ns: tuple[int, int, int] | None = None
+        # (mtime in ns, inode, size): what tells that the key file changed.
+        self._file_identity: tuple[int, int, int] | None = None
         self.ring = KeyRing([])
         # Once a key file has been seen, authentication stays on for the life of the
         # process: revoking the last key (or losing the file) must lock everyone out, not
@@ -123,19 +124,19 @@ class Authenticator:
             st = self._path.stat()
             # The inode too: key commands replace the file (rename), so two changes within
             # one coarse mtime tick still look different.
-            mtime_ns: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_ino, st.st_size)
+            identity: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_ino, st.st_size)
         except FileNotFoundError:
-            mtime_ns = None
-        if mtime_ns == self._mtime_ns:
+            identity = None
+        if identity == self._file_identity:
             return False
-        if mtime_ns is None:
+        if identity is None:
             # The file went away: keep the keys in force rather than guess.
-            self._mtime_ns = None
+            self._file_identity = None
             return False
         # A broken file raises here and keeps the previous ring: failing closed would lock
         # every client out, failing open would let everyone in; keeping the old keys is safer.
         self.ring = KeyRing(load_records(self._path))
-        self._mtime_ns = mtime_ns
+        self._file_identity = identity
         self._required = True
         log.info("API keys loaded: %d key(s) from %s", len(self.ring), self._path)
         return True

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import NamedTuple
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -47,42 +48,49 @@ class RequestLimits:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        url_bytes = len(scope.get("raw_path") or scope["path"].encode()) + len(
-            scope.get("query_string", b"")
-        )
-        if url_bytes > self.max_url_bytes:
-            await self._respond(scope, send, URL_TOO_LONG, f"{self.max_url_bytes} bytes")
+        head = _scan_head(scope)
+        refusal = self._refusal_of(head)
+        if refusal is not None:
+            await self._respond(scope, send, *refusal)
             return
-        header_bytes = 0
-        content_length: bytes | None = None
-        chunked = False
-        for name, value in scope["headers"]:
-            header_bytes += len(name) + len(value) + 4
-            if name == b"content-length":
-                if content_length is not None and content_length != value:
-                    await self._respond(scope, send, BAD_LENGTH, "conflicting values")
-                    return
-                content_length = value
-            elif name == b"transfer-encoding":
-                chunked = True
-        if header_bytes > self.max_header_bytes:
-            limit = f"{self.max_header_bytes} bytes"
-            await self._respond(scope, send, HEADERS_TOO_LARGE, limit)
-            return
-        if content_length is None and not chunked:
+        content_length = head.content_length
+        if content_length is None and not head.chunked:
             await self.app(scope, receive, send)  # no body: nothing to bound or wait for
             return
-
         cap = self.body_cap_for_path(scope["path"]) if self.body_cap_for_path else 0
         cap = cap or self.max_body_bytes
-        if content_length is not None:
-            if not content_length.isdigit() or len(content_length) > 18:
-                await self._respond(scope, send, BAD_LENGTH, "not a byte count")
-                return
-            if int(content_length) > cap:
-                await self._respond(scope, send, BODY_TOO_LARGE, f"{cap} bytes")
-                return
+        if content_length is not None and content_length > cap:
+            await self._respond(scope, send, BODY_TOO_LARGE, f"{cap} bytes")
+            return
+        body = await self._read_body(scope, receive, send, cap)
+        if body is None:
+            return  # refused, or the client is gone
+        delivered = False
 
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: wait for the disconnect, as ASGI does
+
+        await self.app(scope, replay, send)
+
+    def _refusal_of(self, head: _Head) -> tuple[ProblemType, str] | None:
+        """The URL and header caps (a second line: the HTTP protocol enforces them as bytes
+        arrive), and a Content-Length that is not one byte count."""
+        if head.url_bytes > self.max_url_bytes:
+            return URL_TOO_LONG, f"{self.max_url_bytes} bytes"
+        if head.header_bytes > self.max_header_bytes:
+            return HEADERS_TOO_LARGE, f"{self.max_header_bytes} bytes"
+        if head.length_problem is not None:
+            return BAD_LENGTH, head.length_problem
+        return None
+
+    async def _read_body(
+        self, scope: Scope, receive: Receive, send: Send, cap_bytes: int
+    ) -> bytes | None:
+        """The whole body, or None once answered (too large, too slow) or disconnected."""
         chunks: list[bytes] = []
         size = 0
         try:
@@ -91,30 +99,18 @@ class RequestLimits:
                 while True:
                     message = await receive()
                     if message["type"] == "http.disconnect":
-                        return  # the client is gone; there is nobody to answer
-                    body = message.get("body", b"")
-                    size += len(body)
-                    if size > cap:
-                        await self._respond(scope, send, BODY_TOO_LARGE, f"{cap} bytes")
-                        return
-                    chunks.append(body)
+                        return None  # the client is gone; there is nobody to answer
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > cap_bytes:
+                        await self._respond(scope, send, BODY_TOO_LARGE, f"{cap_bytes} bytes")
+                        return None
+                    chunks.append(chunk)
                     if not message.get("more_body", False):
-                        break
+                        return b"".join(chunks)
         except TimeoutError:
             await self._respond(scope, send, BODY_TIMEOUT, f"{self.body_timeout_s:g} s")
-            return
-
-        whole = b"".join(chunks)
-        delivered = False
-
-        async def replay() -> Message:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": whole, "more_body": False}
-            return await receive()  # after the body: wait for the disconnect, as ASGI does
-
-        await self.app(scope, replay, send)
+            return None
 
     @staticmethod
     async def _respond(scope: Scope, send: Send, kind: ProblemType, limit: str) -> None:
@@ -127,3 +123,39 @@ class RequestLimits:
             return {"type": "http.disconnect"}
 
         await response(scope, no_body, send)
+
+
+class _Head(NamedTuple):
+    """What the limits need of a request's head, read in one pass over its headers (this
+    runs for every request)."""
+
+    url_bytes: int
+    header_bytes: int
+    content_length: int | None
+    chunked: bool
+    length_problem: str | None  # why the Content-Length is refused, if it is
+
+
+def _scan_head(scope: Scope) -> _Head:
+    url_bytes = len(scope.get("raw_path") or scope["path"].encode()) + len(
+        scope.get("query_string", b"")
+    )
+    header_bytes = 0
+    raw_length: bytes | None = None
+    chunked = False
+    problem: str | None = None
+    for name, value in scope["headers"]:
+        header_bytes += len(name) + len(value) + 4
+        if name == b"content-length":
+            if raw_length is not None and raw_length != value:
+                problem = "conflicting values"
+            raw_length = value
+        elif name == b"transfer-encoding":
+            chunked = True
+    content_length = None
+    if raw_length is not None and problem is None:
+        if raw_length.isdigit() and len(raw_length) <= 18:
+            content_length = int(raw_length)
+        else:
+            problem = "not a byte count"
+    return _Head(url_bytes, header_bytes, content_length, chunked, problem)

@@ -23,11 +23,11 @@ from app.api.schemas import Problem
 from app.domain import (
     InvalidInput,
     LedgerError,
-    LiveBatchLimit,
+    LiveGrantLimit,
     TimestampRegression,
     TotalOverflow,
 )
-from app.ledger import (
+from app.service.errors import (
     AccountLimit,
     AccountNotFound,
     GrantNotFound,
@@ -129,7 +129,7 @@ def describe(exc: Exception) -> Described:
         return Described(TIMESTAMP_REGRESSION, detail, {"account_timestamp": exc.account_timestamp})
     if isinstance(exc, TotalOverflow):
         return Described(TOTAL_OVERFLOW, detail, {})
-    if isinstance(exc, LiveBatchLimit):
+    if isinstance(exc, LiveGrantLimit):
         return Described(LIVE_GRANT_LIMIT, detail, {"limit": exc.limit})
     if isinstance(exc, InvalidInput):
         issue = {"loc": ["body", exc.field], "message": exc.message, "type": "invalid_input"}

@@ -24,6 +24,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from app.domain import MAX_VALUE
+from app.service.commands import MAX_BATCH_OPERATIONS
 
 ACCOUNT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 ACCOUNT_ID_MAX_CHARS = 128
@@ -106,7 +107,7 @@ class ConsumeRequest(_Request):
 
 # -- batches ------------------------------------------------------------------------------
 
-BATCH_MAX_OPERATIONS = 10_000
+BATCH_MAX_OPERATIONS = MAX_BATCH_OPERATIONS  # defined by the service
 BatchAccountId = Annotated[
     str,
     StringConstraints(min_length=1, max_length=ACCOUNT_ID_MAX_CHARS, pattern=ACCOUNT_ID_PATTERN),
@@ -181,7 +182,7 @@ class GrantResponse(BalanceResponse):
     amount: Figure
     expiry: Figure
     settled_debt: Figure = Field(description="How much of the grant paid off debt.")
-    retained: Figure = Field(description="How much was kept as a batch with the expiry.")
+    retained: Figure = Field(description="How much was kept as a live grant with the expiry.")
 
 
 class AllocationItem(_Response):

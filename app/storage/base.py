@@ -1,49 +1,95 @@
-"""The storage interface: what the ledger service asks of a backend, and nothing more.
+"""The storage interface: what the ledger services ask of a backend, and nothing more.
 
-The service keeps every account's tracker in memory and computes there; a backend only has to
-(1) hand back the state of every account at startup, (2) make a batch of changes durable,
-atomically and in order, before the service acknowledges them, and (3) serve the ledger
-history, which is too large to keep in memory.
+Three backends, two ways of writing, one interface for everything else:
+
+- ``StorageBackend``: what every backend has. Its lifecycle (``open``, ``close``, ``check``,
+  ``ping``), its schema (``migrate``, ``migration_status``) and its read side (the ledger
+  history, account state, idempotency records and their retention).
+- ``EmbeddedJournal`` (memory, sqlite): the service keeps every account's tracker in memory
+  and computes there; the backend hands back every account's state at startup and makes
+  changes durable, atomically and in order, before the service acknowledges them.
+  ``submit`` queues changes synchronously (so the order in which the service submits is the
+  order on disk) and returns a future that completes once they are durable. Changes
+  submitted together are committed together, all or none; a durable backend also groups
+  the changes of concurrent requests into one transaction (group commit).
+- ``TransactionalStore`` (postgres): the database is the authority and several processes
+  share it. The service runs each operation in a ``transaction()`` that locks the rows of
+  its accounts, reads what its cache lacks and writes the same ``Change`` records.
 
 A ``Change`` is everything one operation did to one account: the account's new row, the
-batches it added, updated or removed, the ledger entries it appended and, when the request
-carried one, its idempotency record. ``submit`` queues changes synchronously (so the order
-in which the service submits is the order on disk) and returns a future that completes once they are
-durable. Changes submitted together are committed together, all or none; a durable backend
-also groups the changes of concurrent requests into one transaction (group commit).
+live grants it added, updated or removed, the ledger entries it appended and, when the request
+carried one, its idempotency record. ``app.storage.rows`` checks changes and turns them into
+rows, for every backend that has rows.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-# Records here and in app.ledger are plain (not frozen) slotted dataclasses: they are made
+# Records here and in app.service are plain (not frozen) slotted dataclasses: they are made
 # several times per operation on the hot path, and a frozen dataclass's __init__ costs about
 # twice as much. Nothing mutates them after construction.
-from typing import Any, Protocol
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 
-from app.domain import Batch, TrackerState
+from app.domain import Allocation, LiveGrant, TrackerState
 
-JsonObject = dict[str, Any]
+# Ledger entries: one typed record per kind, from the service to the API (no untyped
+# details cross a layer; ``app.storage.rows`` alone turns the kind-specific members into the
+# ``details`` column and back). Each carries its position and the totals right after it.
 
 
 @dataclass(slots=True)
-class Entry:
-    """One ledger entry: a grant, a consumption or an expiration, with the totals after it."""
-
-    seq: int  # 1-based position in the account's ledger
-    kind: str  # "grant" | "consumption" | "expiration"
+class GrantEntry:
+    sequence: int  # 1-based position in the account's ledger
     timestamp: int
     available: int
     debt: int
-    details: JsonObject  # kind-specific members, JSON-serialisable
+    grant_id: int
+    amount: int
+    expiry: int
+    settled_debt: int
+    retained: int
+    kind: ClassVar[Literal["grant"]] = "grant"
+
+
+@dataclass(slots=True)
+class ConsumptionEntry:
+    sequence: int
+    timestamp: int
+    available: int
+    debt: int
+    amount: int
+    consumed: int
+    debt_added: int
+    allocation: tuple[Allocation, ...]  # which grants gave how much, in the order drawn
+    kind: ClassVar[Literal["consumption"]] = "consumption"
+
+
+@dataclass(slots=True)
+class ExpirationEntry:
+    """A grant's unused rest, recorded when a write moves the clock to its expiry."""
+
+    sequence: int
+    timestamp: int  # the grant's expiry
+    available: int
+    debt: int
+    grant_id: int
+    expiry: int
+    amount: int
+    kind: ClassVar[Literal["expiration"]] = "expiration"
+
+
+Entry = GrantEntry | ConsumptionEntry | ExpirationEntry
 
 
 @dataclass(slots=True)
 class IdempotencyRecord:
-    account_id: str
+    # Whose key this is: an account id for the single endpoints, a batch scope ("/batch" or
+    # "/batch/<API key id>") for batches. Keys are unique within a scope.
+    scope: str
     key: str
     fingerprint: str  # hash of the operation and its body: a retry must match it
     status_code: int
@@ -58,64 +104,119 @@ class AccountRow:
     account_id: str
     clock: int
     debt: int
-    next_grant_seq: int
-    next_entry_seq: int
+    next_grant_id: int
+    next_sequence: int
 
 
 @dataclass(slots=True)
 class Change:
     account: AccountRow
-    upserted_batches: list[Batch] = field(default_factory=list)
-    removed_grant_seqs: list[int] = field(default_factory=list)
+    upserted_live_grants: list[LiveGrant] = field(default_factory=list)
+    removed_grant_ids: list[int] = field(default_factory=list)
     entries: list[Entry] = field(default_factory=list)
     idempotency: IdempotencyRecord | None = None
 
 
 @dataclass(slots=True)
 class LoadedAccount:
+    """An account as stored: enough to rebuild its tracker exactly."""
+
     tracker_state: TrackerState
-    next_entry_seq: int
+    next_sequence: int
 
 
 @dataclass(slots=True)
 class LoadedState:
+    """What ``open`` hands the service: every account and idempotency record for an
+    embedded journal (the service holds them in memory); nothing for a transactional store,
+    whose service reads each account under its row lock when it needs it."""
+
     accounts: dict[str, LoadedAccount] = field(default_factory=dict)
     idempotency: list[IdempotencyRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class AccountState:
+    """An account's row in a transactional store: what ``AccountRow`` holds, plus what
+    several processes sharing the database need (see ``app.storage.rows``)."""
+
+    account_id: str
+    clock: int
+    debt: int
+    available: int  # sum of the live grants: a balance read needs no live-grant rows
+    next_grant_id: int
+    next_sequence: int
+    version: int  # bumped by every committed write: tells caches they are stale
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationStatus:
+    """Where a database's schema stands against the migrations a release knows."""
+
+    applied: tuple[int, ...]  # versions recorded in the database, ascending
+    known: tuple[int, ...]  # versions this release can apply, ascending
+
+    @property
+    def current(self) -> int:
+        """The schema version: the newest applied migration (0: an empty database)."""
+        return max(self.applied, default=0)
+
+    @property
+    def pending(self) -> tuple[int, ...]:
+        return tuple(v for v in self.known if v not in self.applied)
+
+    @property
+    def newer_than_known(self) -> bool:
+        """Made by a newer release: this one must not use it."""
+        return self.current > max(self.known, default=0)
 
 
 class StorageError(RuntimeError):
     """The backend could not make a change durable. The service stops accepting writes."""
 
 
-class Store(Protocol):
-    """A storage backend. Every method is called from the event loop."""
+class SchemaTooNew(StorageError):
+    """The database was migrated by a newer release than this one."""
 
-    name: str
+
+class StorageBackend(Protocol):
+    """What every backend has. Methods are called from the event loop."""
 
     async def open(self, idempotency_min_created_at_s: float) -> LoadedState:
-        """Open the backend and return every account's state and the idempotency records
-        created at or after ``idempotency_min_created_at_s`` (older ones may be dropped)."""
+        """Apply pending migrations, open the backend and return what the service must hold
+        (see ``LoadedState``). Idempotency records created before
+        ``idempotency_min_created_at_s`` may be dropped."""
         ...
 
-    # True when committed idempotency bodies can be read back with read_idempotency_body,
-    # so the ledger need not keep them in memory.
-    persists_idempotency_bodies: bool
+    async def close(self) -> None: ...
 
-    async def read_idempotency_body(self, scope: str, key: str) -> bytes | None:
-        """The stored response body of a committed idempotency record, if any."""
+    async def check(self) -> str | None:
+        """None while the backend can keep its promises; otherwise why not, and from then on
+        every write fails (a durable backend whose files are no longer the ones at their
+        paths must not acknowledge anything). Cheap: the service calls it about once a
+        second."""
         ...
 
-    def submit(self, changes: Sequence[Change]) -> asyncio.Future[None]:
-        """Queue ``changes``; the future completes when they are durable, in order, all or
-        none, or fails with StorageError. Must be called from the event loop thread."""
+    async def ping(self) -> None:
+        """Raise unless the backend answers a trivial read now."""
         ...
 
-    async def read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
-        """Up to ``limit`` committed entries of the account with seq > ``after_seq``."""
+    async def migrate(self) -> list[int]:
+        """Apply the migrations the database lacks; return the versions applied. Works on a
+        store that is not open (``gpu-credits migrate``)."""
         ...
 
-    async def read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
-        """The committed grant entry of ``grant_seq``, if any."""
+    async def migration_status(self) -> MigrationStatus:
+        """Where the database's schema stands, changing nothing and taking no lock. Works on a
+        store that is not open, and while another process serves the database."""
+        ...
+
+    async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
+        """Up to ``limit`` committed entries of the account with sequence > ``after_sequence``."""
+        ...
+
+    async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
+        """The committed grant entry of ``grant_id``, if any."""
         ...
 
     async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
@@ -125,15 +226,101 @@ class Store(Protocol):
         clock it was live at), so this is a search, not a scan."""
         ...
 
+    async def read_account_state(self, account_id: str) -> LoadedAccount | None:
+        """The account's committed row and live grants (in grant order), from one
+        snapshot; None for an account never written."""
+        ...
+
+    async def read_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
+        """The committed idempotency record, with its body, if any."""
+        ...
+
+    async def read_idempotency_body(self, scope: str, key: str) -> bytes | None:
+        """The stored response body of a committed idempotency record, if any."""
+        ...
+
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         """Drop idempotency records created before ``min_created_at_s``; return how many."""
         ...
 
-    async def check(self) -> str | None:
-        """None while the backend can keep its promises; otherwise why not, and from then on
-        every submit fails (a durable backend whose files are no longer the ones at their
-        paths must not acknowledge anything). Cheap: the service calls it about once a
-        second."""
+
+@runtime_checkable  # app.main tells the two ways of writing apart with isinstance
+class EmbeddedJournal(StorageBackend, Protocol):
+    """A journal behind a service that computes in process memory (memory, sqlite)."""
+
+    # True when committed idempotency bodies can be read back with read_idempotency_body,
+    # so the ledger need not keep them in memory.
+    persists_idempotency_bodies: bool
+
+    def submit(self, changes: Sequence[Change]) -> asyncio.Future[None]:
+        """Queue ``changes``; the future completes when they are durable, in order, all or
+        none, or fails with StorageError (and so does every later submit: memory has run
+        ahead of the journal). Must be called from the event loop thread."""
         ...
 
-    async def close(self) -> None: ...
+    @property
+    def queued_changes(self) -> int:
+        """Changes submitted and not yet durable: how far the journal is behind."""
+        ...
+
+
+class Transaction(Protocol):
+    """One transaction of a ``TransactionalStore``; every method runs inside it."""
+
+    async def lock_accounts(self, account_ids: Sequence[str]) -> dict[str, AccountState]:
+        """Lock the rows of the existing accounts among ``account_ids``."""
+        ...
+
+    async def create_accounts(self, account_ids: Sequence[str]) -> dict[str, AccountState]:
+        """Insert and lock placeholder rows for those of ``account_ids`` that do not exist
+        yet; ``settle_accounts`` counts or removes them before commit."""
+        ...
+
+    async def account_count(self) -> int:
+        """The number of accounts, locked until commit (account creation is serialised)."""
+        ...
+
+    async def count_accounts(self, prefix: str) -> int:
+        """Accounts whose id starts with ``prefix``, this transaction's new rows included."""
+        ...
+
+    async def settle_accounts(self, created: int, unused: Sequence[str]) -> None:
+        """Count the accounts this transaction created; delete its unused placeholders."""
+        ...
+
+    async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]: ...
+
+    async def load_live_grants(self, account_ids: Sequence[str]) -> dict[str, list[LiveGrant]]: ...
+
+    async def lock_key(self, scope: str, key: str) -> IdempotencyRecord | None:
+        """Serialise requests with this key, then read its record."""
+        ...
+
+    async def write(
+        self, changes: Sequence[Change], available: dict[str, int], versions: dict[str, int]
+    ) -> dict[str, int]:
+        """Write ``changes`` in order; each account's row gets its newest values, its
+        ``available`` credits and version + 1. Returns the new versions."""
+        ...
+
+
+class TransactionalStore(StorageBackend, Protocol):
+    """A database several service processes share (postgres)."""
+
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[Transaction]:
+        """One transaction, committed when the block ends without an exception."""
+        ...
+
+    async def read_account(self, account_id: str) -> AccountState | None: ...
+
+    async def read_balance_at(
+        self, account_id: str, timestamp: int
+    ) -> tuple[AccountState, tuple[int, int]] | None:
+        """The account and its (available, debt) at ``timestamp``, changing nothing."""
+        ...
+
+    async def read_live_grants(
+        self, account_id: str
+    ) -> tuple[AccountState | None, list[LiveGrant]]:
+        """The account and its live grants in consumption order, from one snapshot."""
+        ...

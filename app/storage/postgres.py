@@ -8,10 +8,12 @@ Why it is shaped this way (the embedded backends are different on purpose):
   accounts never wait for each other, and the journal (``entries``), the state rows and the
   idempotency record commit together or not at all.
 - Each process keeps a cache of trackers tagged with the row's ``version``. A write that finds
-  the version it cached skips loading the account's batches; any other version (another
+  the version it cached skips loading the account's live grants; any other version (another
   process wrote) reloads them. So one process on a hot account stays O(log n) per operation.
 - Schema changes are versioned migrations, applied at startup (or by ``gpu-credits migrate``)
-  under an advisory lock, so several processes starting together migrate once.
+  under an advisory lock, so several processes starting together migrate once. Tables and
+  columns are SQLite's, plus what sharing needs (``app.storage.rows``), and a change becomes
+  rows through the same code as there.
 - A write has three phases, and a failure means something different in each (see
   ``PostgresStore.transaction``): before COMMIT is sent nothing is committed; while COMMIT is
   in flight the outcome is unknown (``CommitOutcomeUnknown``); once COMMIT has answered, the
@@ -22,17 +24,27 @@ Why it is shaped this way (the embedded backends are different on purpose):
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from app.domain import Batch
-from app.storage.base import Change, Entry, IdempotencyRecord, StorageError
+from app.domain import LiveGrant, TrackerState
+from app.storage import migrations, rows
+from app.storage.base import AccountState as AccountState  # where app.adapters.postgres finds it
+from app.storage.base import (
+    Change,
+    Entry,
+    IdempotencyRecord,
+    LoadedAccount,
+    LoadedState,
+    MigrationStatus,
+    StorageError,
+)
+from app.storage.migrations import Migration
+from app.storage.rows import ENTRY_COLUMNS, IDEMPOTENCY_COLUMNS, LIVE_GRANT_COLUMNS, columns
 
 # What a pool hands out: a proxy for a connection, used exactly like one. (The stubs make
 # these generic; at run time they are not, hence the string.)
@@ -60,7 +72,7 @@ class CommitOutcomeUnknown(StorageError):
 
 
 # (version, statements). Append only: a released migration is never edited.
-MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
+MIGRATIONS: Final[tuple[Migration, ...]] = (
     (
         1,
         """
@@ -123,23 +135,28 @@ MIGRATIONS: Final[tuple[tuple[int, str], ...]] = (
         CREATE INDEX accounts_by_prefix ON accounts (account_id COLLATE "C");
         """,
     ),
+    (
+        4,
+        # One name per concept from the core to the JSON (SQLite's migration 3 does the
+        # same): the rest of a grant is a live grant, a grant is named by its grant_id, an
+        # entry's position is its sequence. Indexes follow their columns; the primary key's
+        # index is renamed with its table.
+        """
+        ALTER TABLE batches RENAME TO live_grants;
+        ALTER INDEX batches_pkey RENAME TO live_grants_pkey;
+        ALTER TABLE live_grants RENAME COLUMN grant_seq TO grant_id;
+        ALTER TABLE accounts RENAME COLUMN next_grant_seq TO next_grant_id;
+        ALTER TABLE accounts RENAME COLUMN next_entry_seq TO next_sequence;
+        ALTER TABLE entries RENAME COLUMN seq TO sequence;
+        ALTER TABLE entries RENAME COLUMN grant_seq TO grant_id;
+        """,
+    ),
 )
 # The last entry at or before a time (reads are safe: an as-of read is answered from here).
 _TOTALS_AT = (
     "SELECT available, debt FROM entries WHERE account_id = $1 AND timestamp <= $2 "
-    "ORDER BY timestamp DESC, seq DESC LIMIT 1"
+    "ORDER BY timestamp DESC, sequence DESC LIMIT 1"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class AccountState:
-    account_id: str
-    clock: int
-    debt: int
-    available: int
-    next_grant_seq: int
-    next_entry_seq: int
-    version: int  # bumped by every committed write: tells caches they are stale
 
 
 def _state(row: asyncpg.Record) -> AccountState:
@@ -148,25 +165,54 @@ def _state(row: asyncpg.Record) -> AccountState:
         row["clock"],
         row["debt"],
         row["available"],
-        row["next_grant_seq"],
-        row["next_entry_seq"],
+        row["next_grant_id"],
+        row["next_sequence"],
         row["version"],
     )
 
 
 def _entry(row: asyncpg.Record) -> Entry:
-    return Entry(
-        row["seq"],
+    return rows.entry_of(
+        row["sequence"],
         row["kind"],
         row["timestamp"],
         row["available"],
         row["debt"],
-        json.loads(row["details"]),
+        row["details"],
     )
 
 
-_ACCOUNT_COLUMNS = "account_id, clock, debt, available, next_grant_seq, next_entry_seq, version"
-_ENTRY_COLUMNS = "seq, kind, timestamp, available, debt, details"
+def _idempotency(row: asyncpg.Record) -> IdempotencyRecord:
+    return IdempotencyRecord(
+        row["scope"],
+        row["key"],
+        row["fingerprint"],
+        row["status_code"],
+        bytes(row["body"]),
+        row["created_at_s"],
+    )
+
+
+_ACCOUNT_COLUMNS = "account_id, clock, debt, available, next_grant_id, next_sequence, version"
+_ENTRY_COLUMNS = "sequence, kind, timestamp, available, debt, details"
+_SELECT_IDEMPOTENCY = (
+    f"SELECT {columns(IDEMPOTENCY_COLUMNS)} FROM idempotency WHERE scope = $1 AND key = $2"
+)
+_INSERT_ENTRY = (
+    f"INSERT INTO entries ({columns(ENTRY_COLUMNS)}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)"
+)
+_UPSERT_LIVE_GRANT = (
+    f"INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES ($1, $2, $3, $4) "
+    "ON CONFLICT (account_id, grant_id) DO UPDATE SET remaining = excluded.remaining"
+)
+_DELETE_LIVE_GRANT = "DELETE FROM live_grants WHERE account_id = $1 AND grant_id = $2"
+_INSERT_IDEMPOTENCY = (
+    f"INSERT INTO idempotency ({columns(IDEMPOTENCY_COLUMNS)}) VALUES ($1, $2, $3, $4, $5, $6)"
+)
+_UPDATE_ACCOUNT = (
+    "UPDATE accounts SET clock = $2, debt = $3, available = $4, next_grant_id = $5, "
+    "next_sequence = $6, version = $7 WHERE account_id = $1"
+)
 
 
 class PgTransaction:
@@ -228,15 +274,17 @@ class PgTransaction:
         row = await self._conn.fetchrow(_TOTALS_AT, account_id, timestamp)
         return (0, 0) if row is None else (row["available"], row["debt"])
 
-    async def load_batches(self, account_ids: Sequence[str]) -> dict[str, list[Batch]]:
+    async def load_live_grants(self, account_ids: Sequence[str]) -> dict[str, list[LiveGrant]]:
         rows = await self._conn.fetch(
-            "SELECT account_id, grant_seq, expiry, remaining FROM batches "
+            "SELECT account_id, grant_id, expiry, remaining FROM live_grants "
             "WHERE account_id = ANY($1::text[])",
             list(account_ids),
         )
-        out: dict[str, list[Batch]] = {a: [] for a in account_ids}
+        out: dict[str, list[LiveGrant]] = {a: [] for a in account_ids}
         for row in rows:
-            out[row["account_id"]].append(Batch(row["grant_seq"], row["expiry"], row["remaining"]))
+            out[row["account_id"]].append(
+                LiveGrant(row["grant_id"], row["expiry"], row["remaining"])
+            )
         return out
 
     async def lock_key(self, scope: str, key: str) -> IdempotencyRecord | None:
@@ -244,102 +292,46 @@ class PgTransaction:
         await self._conn.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{scope}\n{key}"
         )
-        row = await self._conn.fetchrow(
-            "SELECT scope, key, fingerprint, status_code, body, created_at_s FROM idempotency "
-            "WHERE scope = $1 AND key = $2",
-            scope,
-            key,
-        )
-        if row is None:
-            return None
-        return IdempotencyRecord(
-            row["scope"],
-            row["key"],
-            row["fingerprint"],
-            row["status_code"],
-            bytes(row["body"]),
-            row["created_at_s"],
-        )
+        row = await self._conn.fetchrow(_SELECT_IDEMPOTENCY, scope, key)
+        return None if row is None else _idempotency(row)
 
     async def write(
         self, changes: Sequence[Change], available: dict[str, int], versions: dict[str, int]
     ) -> dict[str, int]:
-        """Write ``changes`` in order; each account's row gets its newest values and version
-        + 1. Returns the new versions."""
-        entries: list[tuple[Any, ...]] = []
-        newest: dict[str, Change] = {}
-        keys: list[tuple[Any, ...]] = []
-        for change in changes:
-            r = change.idempotency
-            if r is not None:
-                keys.append(
-                    (r.account_id, r.key, r.fingerprint, r.status_code, r.body, r.created_at_s)
-                )
-            account_id = change.account.account_id
-            newest[account_id] = change
-            for e in change.entries:
-                grant_seq = e.details.get("grant_id") if e.kind == "grant" else None
-                details = json.dumps(e.details, separators=(",", ":"))
-                entries.append(
-                    (
-                        account_id,
-                        e.seq,
-                        e.kind,
-                        e.timestamp,
-                        e.available,
-                        e.debt,
-                        grant_seq,
-                        details,
-                    )
-                )
-            # Batches in order: a batch added by one change may be drawn by the next.
-            if change.removed_grant_seqs:
-                await self._conn.execute(
-                    "DELETE FROM batches WHERE account_id = $1 AND grant_seq = ANY($2::bigint[])",
-                    account_id,
-                    change.removed_grant_seqs,
-                )
-            if change.upserted_batches:
-                await self._conn.executemany(
-                    "INSERT INTO batches VALUES ($1, $2, $3, $4) ON CONFLICT (account_id, "
-                    "grant_seq) DO UPDATE SET remaining = excluded.remaining",
-                    [
-                        (account_id, b.grant_seq, b.expiry, b.remaining)
-                        for b in change.upserted_batches
-                    ],
-                )
-        if entries:
-            await self._conn.executemany(
-                "INSERT INTO entries VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)", entries
-            )
-        if keys:
-            await self._conn.executemany(
-                "INSERT INTO idempotency VALUES ($1, $2, $3, $4, $5, $6)", keys
-            )
-        new_versions = {account_id: versions[account_id] + 1 for account_id in newest}
-        if newest:
-            await self._conn.executemany(
-                "UPDATE accounts SET clock = $2, debt = $3, available = $4, next_grant_seq = $5, "
-                "next_entry_seq = $6, version = $7 WHERE account_id = $1",
+        """Write ``changes`` (rows from ``app.storage.rows``, as on SQLite); each account's row
+        gets its newest values, its ``available`` credits and version + 1. Returns the new
+        versions."""
+        group = rows.encode(changes)  # asserts the changes' invariants first
+        conn = self._conn
+        if group.live_grant_deletes:
+            await conn.executemany(_DELETE_LIVE_GRANT, group.live_grant_deletes)
+        if group.live_grant_upserts:
+            await conn.executemany(_UPSERT_LIVE_GRANT, group.live_grant_upserts)
+        if group.entries:
+            await conn.executemany(_INSERT_ENTRY, group.entries)
+        if group.idempotency:
+            await conn.executemany(_INSERT_IDEMPOTENCY, group.idempotency)
+        new_versions = {account_id: versions[account_id] + 1 for account_id in group.accounts}
+        if group.accounts:
+            await conn.executemany(
+                _UPDATE_ACCOUNT,
                 [
                     (
-                        account_id,
-                        change.account.clock,
-                        change.account.debt,
-                        available[account_id],
-                        change.account.next_grant_seq,
-                        change.account.next_entry_seq,
-                        new_versions[account_id],
+                        a.account_id,
+                        a.clock,
+                        a.debt,
+                        available[a.account_id],
+                        a.next_grant_id,
+                        a.next_sequence,
+                        new_versions[a.account_id],
                     )
-                    for account_id, change in newest.items()
+                    for a in group.accounts.values()
                 ],
             )
         return new_versions
 
 
 class PostgresStore:
-    name = "postgres"
-
     def __init__(self, url: str, min_connections: int, max_connections: int) -> None:
         assert 1 <= min_connections <= max_connections
         self._url = url
@@ -352,16 +344,22 @@ class PostgresStore:
         assert self._pool is not None, "store is not open"
         return self._pool
 
-    async def open(self) -> None:
+    async def open(self, idempotency_min_created_at_s: float | None = None) -> LoadedState:
+        """Migrate and open the pool. Nothing is loaded (the service reads each account
+        under its row lock); with ``idempotency_min_created_at_s``, older idempotency
+        records are dropped, as the embedded backends do at open."""
         self._pool = await asyncpg.create_pool(
             self._url, min_size=self._min, max_size=self._max, command_timeout=60
         )
         async with self._connection() as conn:
             await migrate(conn)
+        if idempotency_min_created_at_s is not None:
+            await self.prune_idempotency(idempotency_min_created_at_s)
+        return LoadedState()
 
     async def check(self) -> str | None:
         """Nothing to watch here: the database keeps its own files, and readiness asks it
-        directly (``SharedLedger.ready``)."""
+        directly (``PostgresPort.ready``)."""
         return None
 
     async def close(self) -> None:
@@ -422,6 +420,28 @@ class PostgresStore:
         async with self._connection() as conn:
             await conn.fetchval("SELECT 1")
 
+    @contextlib.asynccontextmanager
+    async def _any_connection(self) -> AsyncIterator[Connection]:
+        """A pooled connection when open; otherwise one of its own (``gpu-credits migrate``
+        uses the store without opening it)."""
+        if self._pool is not None:
+            async with self._connection() as conn:
+                yield conn
+            return
+        conn = await asyncpg.connect(self._url)
+        try:
+            yield conn
+        finally:
+            await conn.close()
+
+    async def migrate(self) -> list[int]:
+        async with self._any_connection() as conn:
+            return await migrate(conn)
+
+    async def migration_status(self) -> MigrationStatus:
+        async with self._any_connection() as conn:
+            return await migration_status(conn)
+
     async def read_account(self, account_id: str) -> AccountState | None:
         async with self._connection() as conn:
             row = await conn.fetchrow(
@@ -433,12 +453,13 @@ class PostgresStore:
         self, account_id: str, timestamp: int
     ) -> tuple[AccountState, tuple[int, int]] | None:
         """The account and its (available, debt) at ``timestamp``, changing nothing: the
-        projection from its live batches at or after its clock, the stored history before
+        projection from its live grants at or after its clock, the stored history before
         it. None for an unknown account."""
         async with self._connection() as conn:
             row = await conn.fetchrow(
-                f"SELECT {_ACCOUNT_COLUMNS}, (SELECT coalesce(sum(remaining), 0) FROM batches b "
-                "WHERE b.account_id = a.account_id AND b.expiry <= $2) AS expiring "
+                f"SELECT {_ACCOUNT_COLUMNS}, (SELECT coalesce(sum(remaining), 0) "
+                "FROM live_grants g WHERE g.account_id = a.account_id AND g.expiry <= $2) "
+                "AS expiring "
                 "FROM accounts a WHERE a.account_id = $1",
                 account_id,
                 timestamp,
@@ -453,8 +474,10 @@ class PostgresStore:
             totals = await conn.fetchrow(_TOTALS_AT, account_id, timestamp)
         return state, (0, 0) if totals is None else (totals["available"], totals["debt"])
 
-    async def read_live_batches(self, account_id: str) -> tuple[AccountState | None, list[Batch]]:
-        """The account and its live batches in consumption order, from one snapshot."""
+    async def read_live_grants(
+        self, account_id: str
+    ) -> tuple[AccountState | None, list[LiveGrant]]:
+        """The account and its live grants in consumption order, from one snapshot."""
         async with (
             self._connection() as conn,
             conn.transaction(isolation="repeatable_read", readonly=True),
@@ -465,32 +488,54 @@ class PostgresStore:
             if row is None:
                 return None, []
             rows = await conn.fetch(
-                "SELECT grant_seq, expiry, remaining FROM batches WHERE account_id = $1 "
-                "ORDER BY expiry, grant_seq",
+                "SELECT grant_id, expiry, remaining FROM live_grants WHERE account_id = $1 "
+                "ORDER BY expiry, grant_id",
                 account_id,
             )
-        return _state(row), [Batch(r["grant_seq"], r["expiry"], r["remaining"]) for r in rows]
+        return _state(row), [LiveGrant(r["grant_id"], r["expiry"], r["remaining"]) for r in rows]
 
-    async def read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
+    async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         async with self._connection() as conn:
             rows = await conn.fetch(
-                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE account_id = $1 AND seq > $2 "
-                "ORDER BY seq LIMIT $3",
+                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE account_id = $1 AND sequence > $2 "
+                "ORDER BY sequence LIMIT $3",
                 account_id,
-                after_seq,
+                after_sequence,
                 limit,
             )
         return [_entry(r) for r in rows]
 
-    async def read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
+    async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         async with self._connection() as conn:
             row = await conn.fetchrow(
                 f"SELECT {_ENTRY_COLUMNS} FROM entries "
-                "WHERE account_id = $1 AND grant_seq = $2 AND kind = 'grant'",
+                "WHERE account_id = $1 AND grant_id = $2 AND kind = 'grant'",
                 account_id,
-                grant_seq,
+                grant_id,
             )
         return None if row is None else _entry(row)
+
+    async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
+        async with self._connection() as conn:
+            row = await conn.fetchrow(_TOTALS_AT, account_id, timestamp)
+        return (0, 0) if row is None else (row["available"], row["debt"])
+
+    async def read_account_state(self, account_id: str) -> LoadedAccount | None:
+        state, live_grants = await self.read_live_grants(account_id)
+        if state is None:
+            return None
+        in_grant_order = tuple(sorted(live_grants, key=lambda b: b.grant_id))
+        tracker_state = TrackerState(state.clock, state.debt, state.next_grant_id, in_grant_order)
+        return LoadedAccount(tracker_state, state.next_sequence)
+
+    async def read_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
+        async with self._connection() as conn:
+            row = await conn.fetchrow(_SELECT_IDEMPOTENCY, scope, key)
+        return None if row is None else _idempotency(row)
+
+    async def read_idempotency_body(self, scope: str, key: str) -> bytes | None:
+        record = await self.read_idempotency(scope, key)
+        return None if record is None else record.body
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         async with self._connection() as conn:
@@ -545,25 +590,29 @@ def _log_dropped(what: str, exc: Exception) -> None:
         log.error("%s; the connection is dropped", what, exc_info=exc)
 
 
+_CREATE_MIGRATIONS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+    "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+)
+
+
 async def migrate(conn: Connection) -> list[int]:
-    """Apply the migrations this database lacks, in order; return the versions applied."""
-    applied: list[int] = []
+    """Apply the migrations this database lacks, in order, in one transaction; return the
+    versions applied."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_ID)
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations ("
-            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
+        await conn.execute(_CREATE_MIGRATIONS_TABLE)
         done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
-        newest_known = MIGRATIONS[-1][0]
-        if done and max(done) > newest_known:
-            raise RuntimeError(
-                f"database schema version {max(done)} is newer than this service knows "
-                f"({newest_known}): upgrade the service"
-            )
-        for version, sql in MIGRATIONS:
-            if version not in done:
-                await conn.execute(sql)
-                await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
-                applied.append(version)
-    return applied
+        todo = migrations.plan(done, MIGRATIONS)
+        for version, sql in todo:
+            await conn.execute(sql)
+            await conn.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+    return [version for version, _ in todo]
+
+
+async def migration_status(conn: Connection) -> MigrationStatus:
+    """Where the database stands; creates nothing and takes no lock."""
+    applied: list[int] = []
+    if await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL"):
+        applied = [r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")]
+    return migrations.status(applied, MIGRATIONS)

@@ -10,7 +10,7 @@ Why it is shaped this way:
 - All or nothing: every group is one transaction; on any error it is rolled back, every
   waiting future fails with ``StorageError``, and so does every later submit (memory has run
   ahead of disk, so the process must restart and reload).
-- Bounded startup: state rows (``accounts``, ``batches``) are updated in the same transaction
+- Bounded startup: state rows (``accounts``, ``live_grants``) are updated in the same transaction
   as the journal (``entries``), so startup reads state, never replays history.
 - Reads of history use a second connection on a reader thread; WAL lets them run while the
   writer commits, and they only see committed data.
@@ -29,13 +29,17 @@ Why it is shaped this way:
   about once a second) and every commit, before it starts and before it is acknowledged,
   compare the identity (device, inode) of the open database and WAL files with what their
   paths name now; on a mismatch the store fails like a failed commit and refuses writes.
+- Versioned migrations (``MIGRATIONS``, recorded in ``schema_migrations``), applied by
+  ``open`` under the one-process lock, so a file made by an earlier release opens and keeps
+  its data. Tables and columns are PostgreSQL's (``app.storage.rows``).
+- Every group is checked (``rows.check_changes``) before anything of it is written; a
+  group that fails its checks fails the store like a failed commit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
-import json
 import logging
 import os
 import sqlite3
@@ -45,23 +49,40 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
-from app.domain import Batch, TrackerState
+from app.domain import LiveGrant, TrackerState
+from app.storage import migrations, rows
 from app.storage.base import (
     Change,
     Entry,
     IdempotencyRecord,
     LoadedAccount,
     LoadedState,
+    MigrationStatus,
     StorageError,
+)
+from app.storage.migrations import Migration
+from app.storage.rows import (
+    ACCOUNT_COLUMNS,
+    ENTRY_COLUMNS,
+    IDEMPOTENCY_COLUMNS,
+    LIVE_GRANT_COLUMNS,
+    columns,
 )
 
 log = logging.getLogger("app.storage.sqlite")
 
-SCHEMA_VERSION: Final = 1
 # A cap on one transaction's size keeps a commit's latency and memory bounded under load.
 MAX_CHANGES_PER_COMMIT: Final = 20_000
+# ALTER TABLE ... RENAME COLUMN (migration 2) needs it.
+MIN_SQLITE_VERSION: Final = (3, 25, 0)
 
-_SCHEMA = """
+# (version, SQL). Append only: a released migration is never edited (see app.storage.migrations).
+MIGRATIONS: Final[tuple[Migration, ...]] = (
+    (
+        1,
+        # The schema of the release before versioned migrations, as it was (``meta`` held
+        # its version). IF NOT EXISTS lets it complete a database that release began.
+        """
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -103,29 +124,56 @@ CREATE TABLE IF NOT EXISTS idempotency (
     PRIMARY KEY (account_id, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idempotency_by_age ON idempotency (created_at_s);
+""",
+    ),
+    (
+        2,
+        # One naming with PostgreSQL: a record belongs to a scope (an account id, or a
+        # batch scope such as "/batch/<key id>"), not always to an account.
+        """
+ALTER TABLE idempotency RENAME COLUMN account_id TO scope;
+""",
+    ),
+    (
+        3,
+        # One name per concept from the core to the JSON: the rest of a grant is a live
+        # grant, a grant is named by its grant_id, an entry's position is its sequence.
+        # SQLite rewrites the index on entries with the renamed column.
+        """
+ALTER TABLE batches RENAME TO live_grants;
+ALTER TABLE live_grants RENAME COLUMN grant_seq TO grant_id;
+ALTER TABLE accounts RENAME COLUMN next_grant_seq TO next_grant_id;
+ALTER TABLE accounts RENAME COLUMN next_entry_seq TO next_sequence;
+ALTER TABLE entries RENAME COLUMN seq TO sequence;
+ALTER TABLE entries RENAME COLUMN grant_seq TO grant_id;
+""",
+    ),
+)
+_CREATE_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY,
+    applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+)
 """
 
-_UPSERT_ACCOUNT = """
-INSERT INTO accounts (account_id, clock, debt, next_grant_seq, next_entry_seq)
-VALUES (?, ?, ?, ?, ?)
+_UPSERT_ACCOUNT = f"""
+INSERT INTO accounts ({columns(ACCOUNT_COLUMNS)}) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (account_id) DO UPDATE SET
     clock = excluded.clock, debt = excluded.debt,
-    next_grant_seq = excluded.next_grant_seq, next_entry_seq = excluded.next_entry_seq
+    next_grant_id = excluded.next_grant_id, next_sequence = excluded.next_sequence
 """
-_UPSERT_BATCH = """
-INSERT INTO batches (account_id, grant_seq, expiry, remaining) VALUES (?, ?, ?, ?)
-ON CONFLICT (account_id, grant_seq) DO UPDATE SET remaining = excluded.remaining
+_UPSERT_LIVE_GRANT = f"""
+INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES (?, ?, ?, ?)
+ON CONFLICT (account_id, grant_id) DO UPDATE SET remaining = excluded.remaining
 """
-_DELETE_BATCH = "DELETE FROM batches WHERE account_id = ? AND grant_seq = ?"
-_INSERT_ENTRY = """
-INSERT INTO entries (account_id, seq, kind, timestamp, available, debt, grant_seq, details)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-"""
-_INSERT_IDEMPOTENCY = """
-INSERT OR REPLACE INTO idempotency
-    (account_id, key, fingerprint, status_code, body, created_at_s)
-VALUES (?, ?, ?, ?, ?, ?)
-"""
+_DELETE_LIVE_GRANT = "DELETE FROM live_grants WHERE account_id = ? AND grant_id = ?"
+_INSERT_ENTRY = f"INSERT INTO entries ({columns(ENTRY_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+# OR REPLACE: the ledger forgets an expired key before the hourly sweep deletes its row, and
+# a new request may reuse the key meanwhile.
+_INSERT_IDEMPOTENCY = (
+    f"INSERT OR REPLACE INTO idempotency ({columns(IDEMPOTENCY_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_ENTRY_FIELDS = "sequence, kind, timestamp, available, debt, details"
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -140,12 +188,74 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 def _entry_from_row(row: tuple[Any, ...]) -> Entry:
-    seq, kind, timestamp, available, debt, details = row
-    return Entry(seq, kind, timestamp, available, debt, json.loads(details))
+    return rows.entry_of(*row)
+
+
+def _statements(sql: str) -> list[str]:
+    """The statements of a script, so that a migration runs inside our transaction
+    (``executescript`` would commit first)."""
+    out: list[str] = []
+    pending = ""
+    for piece in sql.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip() != ";":
+                out.append(pending.strip())
+            pending = ""
+    assert not pending.strip(" \n;"), f"incomplete statement: {pending!r}"
+    return out
+
+
+def _applied_versions(conn: sqlite3.Connection) -> tuple[set[int], bool]:
+    """The migrations this database has run, and whether ``schema_migrations`` records
+    them. A file of the release before versioned migrations has no ``schema_migrations``
+    but ``meta.schema_version`` '1': it ran migration 1 (or began to: migration 1, which
+    that release's schema is, completes it)."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "schema_migrations" in tables:
+        applied = {int(r[0]) for r in conn.execute("SELECT version FROM schema_migrations")}
+        if applied:
+            return applied, True
+    if "meta" in tables:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is not None:
+            if row[0] != "1":
+                raise StorageError(f"unknown schema version {row[0]!r} in meta")
+            return {1}, False
+    return set(), False
+
+
+def _migrate(conn: sqlite3.Connection) -> list[int]:
+    """Apply the missing migrations in one transaction; return the versions applied. The
+    caller holds the one-process lock, so nobody writes meanwhile."""
+    if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
+        needed = ".".join(map(str, MIN_SQLITE_VERSION))
+        raise StorageError(f"SQLite {sqlite3.sqlite_version} is older than {needed}")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        applied, recorded = _applied_versions(conn)
+        todo = migrations.plan(applied, MIGRATIONS)
+        if not todo and recorded:
+            conn.execute("COMMIT")  # current: write nothing
+            return []
+        conn.execute(_CREATE_MIGRATIONS_TABLE)
+        for version in sorted(applied):  # adopted from meta: record them too
+            conn.execute("INSERT OR IGNORE INTO schema_migrations (version) VALUES (?)", (version,))
+        for version, sql in todo:
+            for statement in _statements(sql):
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_migrations (version) VALUES (?)", (version,))
+        newest = MIGRATIONS[-1][0]
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(newest),))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return [version for version, _ in todo]
 
 
 class SqliteStore:
-    name = "sqlite"
     persists_idempotency_bodies = True
 
     def __init__(self, path: Path) -> None:
@@ -155,6 +265,7 @@ class SqliteStore:
         self._write_conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
         self._queue: list[tuple[Sequence[Change], asyncio.Future[None]]] = []
+        self._queued_changes = 0  # over self._queue: bounded by the service (queued_changes)
         self._flusher: asyncio.Task[None] | None = None
         self._failure: StorageError | None = None
         # Guards _failure's first assignment (log once) and the watched descriptors, which
@@ -163,7 +274,6 @@ class SqliteStore:
         # (what, path, descriptor) of each file whose identity must stay the one at its path:
         # the database file (its descriptor also holds the flock) and the WAL.
         self._watched: list[tuple[str, str, int]] = []
-        self.commits = 0  # transactions committed: group commit makes this < changes
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -173,14 +283,11 @@ class SqliteStore:
 
     def _open(self, idempotency_min_created_at_s: float) -> LoadedState:
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock_database_file()
+        self._watched.append(("database file", str(self._path), self._lock_database_file()))
         conn = self._write_conn = _connect(self._path)
-        conn.executescript(_SCHEMA)
-        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        if version is None:
-            conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(version[0]) != SCHEMA_VERSION:
-            raise StorageError(f"database schema {version[0]} is not {SCHEMA_VERSION}")
+        applied = _migrate(conn)
+        if applied:
+            log.info("%s: applied schema migrations %s", self._path, applied)
         conn.execute(
             "DELETE FROM idempotency WHERE created_at_s < ?", (idempotency_min_created_at_s,)
         )
@@ -192,35 +299,36 @@ class SqliteStore:
             raise StorageError(problem)
 
         state = LoadedState()
-        batches: dict[str, list[Batch]] = {}
-        for account_id, grant_seq, expiry, remaining in conn.execute(
-            "SELECT account_id, grant_seq, expiry, remaining FROM batches"
+        live_grants: dict[str, list[LiveGrant]] = {}
+        for account_id, grant_id, expiry, remaining in conn.execute(
+            "SELECT account_id, grant_id, expiry, remaining FROM live_grants"
         ):
-            batches.setdefault(account_id, []).append(Batch(grant_seq, expiry, remaining))
-        for account_id, clock, debt, next_grant_seq, next_entry_seq in conn.execute(
-            "SELECT account_id, clock, debt, next_grant_seq, next_entry_seq FROM accounts"
+            live_grants.setdefault(account_id, []).append(LiveGrant(grant_id, expiry, remaining))
+        for account_id, clock, debt, next_grant_id, next_sequence in conn.execute(
+            "SELECT account_id, clock, debt, next_grant_id, next_sequence FROM accounts"
         ):
             tracker_state = TrackerState(
-                clock, debt, next_grant_seq, tuple(batches.pop(account_id, ()))
+                clock, debt, next_grant_id, tuple(live_grants.pop(account_id, ()))
             )
-            state.accounts[account_id] = LoadedAccount(tracker_state, next_entry_seq)
-        if batches:
-            raise StorageError(f"batches without an account row: {sorted(batches)[:5]}")
+            state.accounts[account_id] = LoadedAccount(tracker_state, next_sequence)
+        if live_grants:
+            raise StorageError(f"live grants without an account row: {sorted(live_grants)[:5]}")
         # Bodies stay on disk (read back on a replay): startup time and memory then grow
         # with the number of keys, not with the size of their answers.
         for row in conn.execute(
-            "SELECT account_id, key, fingerprint, status_code, created_at_s FROM idempotency"
+            "SELECT scope, key, fingerprint, status_code, created_at_s FROM idempotency"
         ):
-            account_id, key, fp, status_code, created_at_s = row
+            scope, key, fp, status_code, created_at_s = row
             state.idempotency.append(
-                IdempotencyRecord(account_id, key, fp, status_code, None, created_at_s)
+                IdempotencyRecord(scope, key, fp, status_code, None, created_at_s)
             )
         return state
 
-    def _lock_database_file(self) -> None:
+    def _lock_database_file(self) -> int:
         """Take the one-process-per-file lock (see the module docstring): an exclusive flock
         on a descriptor of the database file itself, created here if it does not exist (an
-        empty file is an empty SQLite database)."""
+        empty file is an empty SQLite database). Returns the descriptor: closing it (after
+        every connection to the file) releases the lock."""
         fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -243,7 +351,7 @@ class SqliteStore:
                 self._path,
                 links,
             )
-        self._watched.append(("database file", str(self._path), fd))
+        return fd
 
     def _watch_wal_file(self, conn: sqlite3.Connection) -> None:
         """Watch the WAL as well: commits land there first, and a deleted WAL loses them at
@@ -324,7 +432,56 @@ class SqliteStore:
             self._read_conn.close()
             self._read_conn = None
 
+    async def ping(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._reader, self._ping)
+
+    def _ping(self) -> None:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        conn.execute("SELECT 1").fetchone()
+
+    # -- schema ----------------------------------------------------------------------------
+
+    async def migrate(self) -> list[int]:
+        if self._write_conn is not None:
+            return []  # open() applied them, and holds the file
+        return await asyncio.to_thread(self._migrate_unopened)
+
+    def _migrate_unopened(self) -> list[int]:
+        """Under the one-process lock, as ``open`` would: a running service holds it, so
+        this refuses to migrate under one (which has applied them already)."""
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        fd = self._lock_database_file()
+        try:
+            conn = _connect(self._path)
+            try:
+                return _migrate(conn)
+            finally:
+                conn.close()
+        finally:
+            os.close(fd)  # after the connection: see close()
+
+    async def migration_status(self) -> MigrationStatus:
+        return await asyncio.to_thread(self._migration_status)
+
+    def _migration_status(self) -> MigrationStatus:
+        """Read-only, without the lock: it answers while a service runs on the file. A file
+        that does not exist yet is an empty database (the service creates it)."""
+        if not self._path.exists():
+            return migrations.status((), MIGRATIONS)
+        uri = f"{self._path.resolve().as_uri()}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        try:
+            return migrations.status(_applied_versions(conn)[0], MIGRATIONS)
+        finally:
+            conn.close()
+
     # -- writes --------------------------------------------------------------------------
+
+    @property
+    def queued_changes(self) -> int:
+        return self._queued_changes
 
     def submit(self, changes: Sequence[Change]) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
@@ -333,6 +490,7 @@ class SqliteStore:
             fut.set_exception(self._failure)
             return fut
         self._queue.append((changes, fut))
+        self._queued_changes += len(changes)
         if self._flusher is None or self._flusher.done():
             self._flusher = loop.create_task(self._flush())
         return fut
@@ -348,11 +506,11 @@ class SqliteStore:
                 failure = self._fail(f"commit failed: {exc}", exc)
                 failed = group + self._queue
                 self._queue = []
+                self._queued_changes = 0
                 for _, fut in failed:
                     if not fut.done():
                         fut.set_exception(failure)
                 return
-            self.commits += 1
             for _, fut in group:
                 if not fut.done():
                     fut.set_result(None)
@@ -369,66 +527,30 @@ class SqliteStore:
             cut += 1
         group = self._queue[:cut]
         del self._queue[:cut]
+        self._queued_changes -= sum(len(chunk) for chunk, _ in group)
         return group
 
     def _write(self, changes: list[Change]) -> None:
-        """One transaction for the whole group. Rows are gathered first and written with
-        one executemany per statement: far fewer calls into SQLite than one per change.
-
-        Batches: every upsert, in order, then every delete. That is the same end state as
-        applying the changes one by one, because a grant's batch, once removed (used up or
-        expired), never comes back: a batch upserted and later removed ends removed, and one
-        upserted several times ends with its newest ``remaining``."""
+        """One transaction for the whole group, one executemany per statement: far fewer
+        calls into SQLite than one per change (``app.storage.rows`` says why the live
+        grants may be written in any order)."""
         conn = self._write_conn
         assert conn is not None, "store is not open"
-        accounts: dict[str, tuple[str, int, int, int, int]] = {}
-        entries: list[tuple[object, ...]] = []
-        upserts: list[tuple[str, int, int, int]] = []
-        deletes: list[tuple[str, int]] = []
-        keys: list[tuple[object, ...]] = []
-        dumps = json.dumps
-        for change in changes:
-            r = change.idempotency
-            if r is not None:
-                keys.append(
-                    (r.account_id, r.key, r.fingerprint, r.status_code, r.body, r.created_at_s)
-                )
-            a = change.account
-            account_id = a.account_id
-            # Only the newest row of an account matters.
-            accounts[account_id] = (account_id, a.clock, a.debt, a.next_grant_seq, a.next_entry_seq)
-            for e in change.entries:
-                details = e.details
-                entries.append(
-                    (
-                        account_id,
-                        e.seq,
-                        e.kind,
-                        e.timestamp,
-                        e.available,
-                        e.debt,
-                        details.get("grant_id") if e.kind == "grant" else None,
-                        dumps(details, separators=(",", ":")),
-                    )
-                )
-            for b in change.upserted_batches:
-                upserts.append((account_id, b.grant_seq, b.expiry, b.remaining))
-            for grant_seq in change.removed_grant_seqs:
-                deletes.append((account_id, grant_seq))
+        group = rows.encode(changes)  # asserts the changes' invariants first
         # Before: do not write into a file that is gone. After: do not acknowledge a commit
         # that may have gone into one (the path changed while it ran).
         self._raise_if_moved()
         try:
             conn.execute("BEGIN IMMEDIATE")
-            if keys:
-                conn.executemany(_INSERT_IDEMPOTENCY, keys)
-            if entries:
-                conn.executemany(_INSERT_ENTRY, entries)
-            if upserts:
-                conn.executemany(_UPSERT_BATCH, upserts)
-            if deletes:
-                conn.executemany(_DELETE_BATCH, deletes)
-            conn.executemany(_UPSERT_ACCOUNT, accounts.values())
+            if group.idempotency:
+                conn.executemany(_INSERT_IDEMPOTENCY, group.idempotency)
+            if group.entries:
+                conn.executemany(_INSERT_ENTRY, group.entries)
+            if group.live_grant_upserts:
+                conn.executemany(_UPSERT_LIVE_GRANT, group.live_grant_upserts)
+            if group.live_grant_deletes:
+                conn.executemany(_DELETE_LIVE_GRANT, group.live_grant_deletes)
+            conn.executemany(_UPSERT_ACCOUNT, group.account_values())
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -443,35 +565,35 @@ class SqliteStore:
 
     # -- reads ---------------------------------------------------------------------------
 
-    async def read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
+    async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._reader, self._read_entries, account_id, after_seq, limit
+            self._reader, self._read_entries, account_id, after_sequence, limit
         )
 
-    def _read_entries(self, account_id: str, after_seq: int, limit: int) -> list[Entry]:
+    def _read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         conn = self._read_conn
         assert conn is not None, "store is not open"
-        rows = conn.execute(
-            "SELECT seq, kind, timestamp, available, debt, details FROM entries "
-            "WHERE account_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (account_id, after_seq, limit),
+        found = conn.execute(
+            f"SELECT {_ENTRY_FIELDS} FROM entries "
+            "WHERE account_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
+            (account_id, after_sequence, limit),
         ).fetchall()
-        return [_entry_from_row(r) for r in rows]
+        return [_entry_from_row(r) for r in found]
 
-    async def read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
+    async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._reader, self._read_grant_entry, account_id, grant_seq
+            self._reader, self._read_grant_entry, account_id, grant_id
         )
 
-    def _read_grant_entry(self, account_id: str, grant_seq: int) -> Entry | None:
+    def _read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         conn = self._read_conn
         assert conn is not None, "store is not open"
         row = conn.execute(
-            "SELECT seq, kind, timestamp, available, debt, details FROM entries "
-            "WHERE account_id = ? AND grant_seq = ? AND kind = 'grant'",
-            (account_id, grant_seq),
+            f"SELECT {_ENTRY_FIELDS} FROM entries "
+            "WHERE account_id = ? AND grant_id = ? AND kind = 'grant'",
+            (account_id, grant_id),
         ).fetchone()
         return None if row is None else _entry_from_row(row)
 
@@ -480,20 +602,21 @@ class SqliteStore:
         return await loop.run_in_executor(self._reader, self._read_totals_at, account_id, timestamp)
 
     def _read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
-        """Binary search over ``seq`` on the primary key: timestamps do not decrease with
-        seq, so O(log n) point reads find the last entry at or before ``timestamp`` with
+        """Binary search over ``sequence`` on the primary key: timestamps do not decrease with
+        sequence, so O(log n) point reads find the last entry at or before ``timestamp`` with
         no extra index to maintain on every write."""
         conn = self._read_conn
         assert conn is not None, "store is not open"
         row = conn.execute(
-            "SELECT max(seq) FROM entries WHERE account_id = ?", (account_id,)
+            "SELECT max(sequence) FROM entries WHERE account_id = ?", (account_id,)
         ).fetchone()
         low, high = 0, int(row[0] or 0)  # invariant: entry low is at or before, high+1 after
         found: tuple[int, int] = (0, 0)
         while low < high:
             mid = (low + high + 1) // 2
             entry = conn.execute(
-                "SELECT timestamp, available, debt FROM entries WHERE account_id = ? AND seq = ?",
+                "SELECT timestamp, available, debt FROM entries "
+                "WHERE account_id = ? AND sequence = ?",
                 (account_id, mid),
             ).fetchone()
             assert entry is not None, "ledger entries are contiguous"
@@ -511,9 +634,54 @@ class SqliteStore:
         conn = self._read_conn
         assert conn is not None, "store is not open"
         row = conn.execute(
-            "SELECT body FROM idempotency WHERE account_id = ? AND key = ?", (scope, key)
+            "SELECT body FROM idempotency WHERE scope = ? AND key = ?", (scope, key)
         ).fetchone()
         return None if row is None else bytes(row[0])
+
+    async def read_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reader, self._read_idempotency, scope, key)
+
+    def _read_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        row = conn.execute(
+            f"SELECT {columns(IDEMPOTENCY_COLUMNS)} FROM idempotency WHERE scope = ? AND key = ?",
+            (scope, key),
+        ).fetchone()
+        if row is None:
+            return None
+        scope, key, fingerprint, status_code, body, created_at_s = row
+        return IdempotencyRecord(scope, key, fingerprint, status_code, bytes(body), created_at_s)
+
+    async def read_account_state(self, account_id: str) -> LoadedAccount | None:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reader, self._read_account_state, account_id)
+
+    def _read_account_state(self, account_id: str) -> LoadedAccount | None:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        conn.execute("BEGIN")  # one snapshot for both statements
+        try:
+            row = conn.execute(
+                "SELECT clock, debt, next_grant_id, next_sequence FROM accounts "
+                "WHERE account_id = ?",
+                (account_id,),
+            ).fetchone()
+            live_grants = tuple(
+                LiveGrant(grant_id, expiry, remaining)
+                for grant_id, expiry, remaining in conn.execute(
+                    "SELECT grant_id, expiry, remaining FROM live_grants WHERE account_id = ? "
+                    "ORDER BY grant_id",
+                    (account_id,),
+                )
+            )
+        finally:
+            conn.execute("COMMIT")
+        if row is None:
+            return None
+        clock, debt, next_grant_id, next_sequence = row
+        return LoadedAccount(TrackerState(clock, debt, next_grant_id, live_grants), next_sequence)
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         loop = asyncio.get_running_loop()

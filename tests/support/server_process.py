@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 60.0
 
 

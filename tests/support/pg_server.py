@@ -10,8 +10,10 @@
   that use it are about durability) and ``max_connections=200``.
 - Readiness is polled with ``pg_isready`` until a deadline; databases are made with the
   ``createdb`` binary, not a Python driver, so this module needs nothing but the standard
-  library. ``stop()`` is ``pg_ctl stop -m fast`` and removes the temporary directory;
-  ``restart(mode)`` stops with ``pg_ctl stop -m fast|immediate`` and starts again.
+  library. ``stop()`` is ``pg_ctl stop -m immediate`` (no shutdown checkpoint: after a
+  session's databases that would write for many seconds what is deleted next) and removes
+  the temporary directory; ``restart(mode)`` stops with ``pg_ctl stop -m fast|immediate``
+  and starts again.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tests.server_process import free_port
+from tests.support.server_process import free_port
 
 FALLBACK_BINDIR = Path("/usr/lib/postgresql/15/bin")
 REQUIRED_BINARIES = ("initdb", "postgres", "pg_ctl", "pg_isready", "createdb")
@@ -207,10 +209,10 @@ class PostgresServer:
         self._wait_ready(STARTUP_TIMEOUT_S)
 
     def stop(self) -> None:
-        """``pg_ctl stop -m fast``, then remove everything the server wrote."""
+        """``pg_ctl stop -m immediate``, then remove everything the server wrote."""
         try:
             if self.process is not None and self.process.poll() is None:
-                self._as_server_user("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "fast")
+                self._as_server_user("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "immediate")
                 try:
                     self.process.wait(timeout=COMMAND_TIMEOUT_S)
                 except subprocess.TimeoutExpired:

@@ -1,0 +1,434 @@
+"""The embedded adapter (memory and SQLite): every account's tracker lives in this process.
+
+Why it is shaped this way:
+
+- Computing on an in-memory tracker is O(log n) and needs no database round trip. Storage
+  is a write-ahead journal of ``Change`` rows plus state rows (``app.storage``), so a restart
+  loads state without replaying history.
+- Per account, an ``asyncio.Lock`` serialises the compute-and-submit step, so changes reach
+  the journal in the order the tracker applied them.
+- The locks are released before the commit is awaited, so concurrent requests on one
+  account share a group commit instead of paying one fsync each. Nothing is acknowledged
+  before it is durable: a unit of work is left only once its own change and the earlier
+  changes of its accounts are durable, and a read waits for the newest change of its
+  account, so no answer ever shows state that a crash could lose.
+- If the journal fails to commit, memory has run ahead of disk and cannot be trusted: the
+  adapter reports ``failure`` (503 everywhere) until the process restarts and reloads.
+- Bounds on what the process holds (accounts, live grants, Idempotency-Keys, globally and
+  per tenant: ``app.quotas``) are counted here, where it is held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Final
+
+from app.domain import GPUCreditTracker
+from app.quotas import Quota, Tenant, Tenants, Usage
+from app.service import journal
+from app.service.errors import (
+    AccountLimit,
+    AccountNotFound,
+    IdempotencyKeyReused,
+    IdempotencyKeysFull,
+    QuotaExceeded,
+    ServiceUnavailable,
+)
+from app.service.idempotency import BATCH_SCOPE, Idempotency, api_key_of_scope
+from app.service.journal import AccountState, AsOfRead, Totals, grant_view_of
+from app.service.limits import Limits
+from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
+from app.storage.base import Change, EmbeddedJournal, Entry, IdempotencyRecord, StorageError
+
+# About ten full commit groups (app.storage.sqlite.MAX_CHANGES_PER_COMMIT): far more than a
+# healthy disk ever has queued, small enough that a stalled one cannot take the memory.
+MAX_QUEUED_CHANGES: Final = 200_000
+
+
+@dataclass(slots=True)
+class _Slot:
+    """An account's place in the registry: its state, its lock, and who is using it."""
+
+    state: AccountState
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0  # units of work holding or awaiting the lock
+    counted: bool = False  # counted against the account bounds (a created account)
+    # The newest change submitted for the account: readers await it, so they never answer
+    # with state that is not yet durable.
+    durable: asyncio.Future[None] | None = None
+
+
+@dataclass(slots=True)
+class _PendingKey:
+    record: IdempotencyRecord
+    durable: asyncio.Future[None]
+
+
+class EmbeddedPort:
+    """``LedgerPort`` over an ``EmbeddedJournal`` (memory or SQLite)."""
+
+    def __init__(
+        self, store: EmbeddedJournal, limits: Limits, wall_clock_s: Callable[[], float] = time.time
+    ) -> None:
+        self._store = store
+        self._limits = limits
+        self._wall_clock_s = wall_clock_s
+        self._slots: dict[str, _Slot] = {}
+        self._accounts = 0  # slots counted against Limits.max_accounts
+        self._keys: dict[tuple[str, str], _PendingKey] = {}
+        self._failure: str | None = None
+        self._tenants = Tenants()
+        self._live_grants = 0  # over every account held (Limits.max_live_grants)
+
+    # -- lifecycle and health ------------------------------------------------------------
+
+    async def start(self) -> None:
+        loaded = await self._store.open(self._wall_clock_s() - self._limits.idempotency_ttl_s)
+        for account_id, account in loaded.accounts.items():
+            tracker = GPUCreditTracker.from_state(
+                account.tracker_state,
+                max_live_grants=self._limits.max_live_grants_per_account,
+            )
+            state = AccountState(account_id, tracker, account.next_sequence)
+            self._slots[account_id] = _Slot(state, counted=True)
+            self._accounts += 1
+            self._live_grants += tracker.live_grant_count
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        for record in loaded.idempotency:
+            self._keys[(record.scope, record.key)] = _PendingKey(record, done)
+
+    async def close(self) -> None:
+        await self._store.close()
+
+    async def ready(self) -> bool:
+        return self._failure is None
+
+    @property
+    def failure(self) -> str | None:
+        return self._failure
+
+    async def check_storage(self) -> None:
+        if self._failure is not None:
+            return
+        problem = await self._store.check()
+        if problem is not None and self._failure is None:
+            self._failure = f"storage failed, restart required: {problem}"
+
+    async def prune_idempotency(self, min_created_at_s: float) -> int:
+        old = [k for k, p in self._keys.items() if p.record.created_at_s < min_created_at_s]
+        for k in old:
+            self._forget_key(k)
+        await self._store.prune_idempotency(min_created_at_s)
+        return len(old)
+
+    def configure_tenants(
+        self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]
+    ) -> None:
+        """A new prefix is counted once from what is held (O(accounts + keys))."""
+
+        def usage_of(prefix: str) -> Usage:
+            usage = Usage()
+            for account_id, slot in self._slots.items():
+                if slot.counted and account_id.startswith(prefix):
+                    usage.accounts += 1
+                    usage.live_grants += slot.state.tracker.live_grant_count
+            for scope, _ in self._keys:
+                owner = api_key_of_scope(scope)
+                if (
+                    prefix_of_key.get(owner) == prefix
+                    if owner is not None
+                    else scope.startswith(prefix)
+                ):
+                    usage.idempotency_keys += 1
+            return usage
+
+        self._tenants.configure(quotas, prefix_of_key, usage_of)
+
+    # -- units of work -------------------------------------------------------------------
+
+    def unit_of_work(self, account_ids: Sequence[str]) -> _EmbeddedUnitOfWork:
+        assert list(account_ids) == sorted(set(account_ids)), "sorted, distinct: no deadlock"
+        return _EmbeddedUnitOfWork(self, {a: self._slot(a) for a in account_ids})
+
+    def _slot(self, account_id: str) -> _Slot:
+        """The account's slot, made (empty, uncounted) if it has none: every request on a
+        new account then shares one lock."""
+        slot = self._slots.get(account_id)
+        if slot is None:
+            tracker = GPUCreditTracker(max_live_grants=self._limits.max_live_grants_per_account)
+            slot = self._slots[account_id] = _Slot(AccountState(account_id, tracker, 1))
+        slot.users += 1
+        return slot
+
+    def _release(self, account_id: str, slot: _Slot) -> None:
+        slot.users -= 1
+        if slot.users == 0 and not slot.state.exists:
+            # Made for requests that failed or only read: nobody is waiting on it.
+            del self._slots[account_id]
+            if slot.counted:
+                self._accounts -= 1
+                Tenants.add(self._tenants.of_account(account_id), "accounts", -1)
+
+    def _count_new_account(self, account_id: str, slot: _Slot) -> None:
+        if slot.counted:
+            return
+        if self._accounts >= self._limits.max_accounts:
+            raise AccountLimit(self._limits.max_accounts)
+        tenants = self._tenants.of_account(account_id)
+        tight = Tenants.tightest(tenants, "accounts")
+        if tight is not None and tight.room("accounts") < 1:
+            raise QuotaExceeded(tight.prefix, "accounts", tight.quota.max_accounts)
+        slot.counted = True
+        self._accounts += 1
+        Tenants.add(tenants, "accounts", 1)
+
+    # -- Idempotency-Keys ------------------------------------------------------------------
+
+    async def _stored_answer(self, scope: str, idempotency: Idempotency) -> Answer | None:
+        pending = self._keys.get((scope, idempotency.key))
+        if pending is None:
+            return None
+        if pending.record.fingerprint != idempotency.fingerprint:
+            raise IdempotencyKeyReused(idempotency.key)
+        await self._await_durable(pending.durable)
+        record = pending.record
+        body = record.body
+        if body is None:
+            body = await self._store.read_idempotency_body(record.scope, record.key)
+        if body is None:  # pruned from disk between the match and the read: rare, retryable
+            raise ServiceUnavailable("the idempotency record expired meanwhile; retry")
+        return Answer(record.status_code, body)
+
+    def _make_room_for_key(self, scope: str) -> None:
+        tenants = self._scope_tenants(scope)
+        tight = Tenants.tightest(tenants, "idempotency keys")
+        if len(self._keys) < self._limits.max_idempotency_keys and (
+            tight is None or tight.room("idempotency keys") >= 1
+        ):
+            return
+        # At a bound: drop the keys past their retention first (the hourly sweep may not
+        # have run yet).
+        cutoff_s = self._wall_clock_s() - self._limits.idempotency_ttl_s
+        for k in [k for k, p in self._keys.items() if p.record.created_at_s < cutoff_s]:
+            self._forget_key(k)
+        if len(self._keys) >= self._limits.max_idempotency_keys:
+            raise IdempotencyKeysFull(self._limits.max_idempotency_keys)
+        if tight is not None and tight.room("idempotency keys") < 1:
+            raise QuotaExceeded(tight.prefix, "idempotency keys", tight.quota.max_idempotency_keys)
+
+    def _remember_key(self, record: IdempotencyRecord, fut: asyncio.Future[None]) -> None:
+        """From now on a retry with this key waits for ``fut`` and replays the answer."""
+        self._keys[(record.scope, record.key)] = _PendingKey(record, fut)
+        Tenants.add(self._scope_tenants(record.scope), "idempotency keys", 1)
+        if self._store.persists_idempotency_bodies:
+            # Once durable, the body is on disk: hold only what matching a retry needs.
+            def forget_body(done: asyncio.Future[None]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    record.body = None
+
+            fut.add_done_callback(forget_body)
+
+    def _forget_key(self, k: tuple[str, str]) -> None:
+        del self._keys[k]
+        Tenants.add(self._scope_tenants(k[0]), "idempotency keys", -1)
+
+    def _scope_tenants(self, scope: str) -> tuple[Tenant, ...]:
+        owner = api_key_of_scope(scope)
+        if owner is not None:
+            return self._tenants.of_api_key(owner)
+        return () if scope == BATCH_SCOPE else self._tenants.of_account(scope)
+
+    # -- live grants across accounts -------------------------------------------------------
+
+    def _live_room(self, account_id: str) -> int:
+        room = self._limits.max_live_grants - self._live_grants
+        for tenant in self._tenants.of_account(account_id):
+            room = min(room, tenant.room("live grants"))
+        return room
+
+    def _live_quota_error(self, account_id: str) -> QuotaExceeded:
+        tight = Tenants.tightest(self._tenants.of_account(account_id), "live grants")
+        service_room = self._limits.max_live_grants - self._live_grants
+        if tight is None or service_room <= tight.room("live grants"):
+            return QuotaExceeded(None, "live grants", self._limits.max_live_grants)
+        return QuotaExceeded(tight.prefix, "live grants", tight.quota.max_live_grants)
+
+    def _count_live(self, account_id: str, delta: int) -> None:
+        self._live_grants += delta
+        assert self._live_grants >= 0
+        Tenants.add(self._tenants.of_account(account_id), "live grants", delta)
+
+    # -- commits ---------------------------------------------------------------------------
+
+    def _submit(
+        self, slots: Mapping[str, _Slot], changes: Sequence[Change], key: IdempotencyRecord | None
+    ) -> asyncio.Future[None]:
+        if key is not None:
+            changes[-1].idempotency = key
+        fut = self._store.submit(changes)
+        for change in changes:
+            slots[change.account.account_id].durable = fut
+        if key is not None:
+            self._remember_key(key, fut)
+        return fut
+
+    async def _await_durable(self, fut: asyncio.Future[None] | None) -> None:
+        if fut is None:
+            return
+        try:
+            if fut.done():
+                fut.result()  # already durable (or failed): no need to wait or shield
+            else:
+                # shield: a client that disconnects must not cancel a commit others wait on.
+                await asyncio.shield(fut)
+        except StorageError as exc:
+            self._failure = f"storage failed, restart required: {exc}"
+            raise ServiceUnavailable(self._failure) from exc
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def balance(self, account_id: str, timestamp: int | None) -> BalanceView:
+        slot = self._existing(account_id)
+        async with slot.lock:
+            view = journal.read_balance(account_id, slot.state.tracker, timestamp)
+            fut = slot.durable
+        await self._await_durable(fut)
+        if isinstance(view, AsOfRead):
+            # Entries at or before a time the clock has passed never change (every later
+            # write, and every expiration it records, is later): no lock is needed.
+            totals = await self._store.read_totals_at(account_id, view.timestamp)
+            return journal.totals_view(account_id, view.timestamp, totals)
+        return view
+
+    async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrantView]]:
+        slot = self._existing(account_id)
+        async with slot.lock:
+            tracker = slot.state.tracker
+            view = journal.view(account_id, tracker)
+            grants = [
+                LiveGrantView(b.grant_id, b.expiry, b.remaining) for b in tracker.live_grants()
+            ]
+            fut = slot.durable
+        await self._await_durable(fut)
+        return view, grants
+
+    async def grant_view(self, account_id: str, grant_id: int) -> GrantView:
+        slot = self._existing(account_id)
+        async with slot.lock:
+            fut = slot.durable
+            remaining = 0
+            for live in slot.state.tracker.live_grants():
+                if live.grant_id == grant_id:
+                    remaining = live.remaining
+        await self._await_durable(fut)
+        entry = await self._store.read_grant_entry(account_id, grant_id)
+        return grant_view_of(account_id, grant_id, entry, remaining)
+
+    async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
+        slot = self._existing(account_id)
+        async with slot.lock:
+            fut = slot.durable
+        await self._await_durable(fut)
+        return await self._store.read_entries(account_id, after_sequence, limit)
+
+    def _existing(self, account_id: str) -> _Slot:
+        """The account for a read: reads never create one, so an unknown account is 404."""
+        slot = self._slots.get(account_id)
+        if slot is None or not slot.state.exists:
+            raise AccountNotFound(account_id)
+        return slot
+
+
+class _EmbeddedUnitOfWork:
+    """``UnitOfWork`` over the registry: the accounts are locked while it is in use."""
+
+    # A class, not an asynccontextmanager generator: this is every write's path, and the
+    # generator's machinery cost about a tenth of a memory-backed request's time.
+
+    def __init__(self, port: EmbeddedPort, slots: dict[str, _Slot]) -> None:
+        # The slots are made (and counted as used) here; __aexit__ gives them back.
+        self._port = port
+        self._slots = slots
+        self._locked: list[_Slot] = []
+        self._waits: list[asyncio.Future[None]] = []
+        self.committed: asyncio.Future[None] | None = None
+
+    async def __aenter__(self) -> _EmbeddedUnitOfWork:
+        try:
+            for slot in self._slots.values():
+                await slot.lock.acquire()
+                self._locked.append(slot)
+            store = self._port._store
+            if store.queued_changes >= MAX_QUEUED_CHANGES:
+                # Bound the journal's queue (and the memory ahead of disk): refuse before
+                # anything is applied, so the refusal changes nothing.
+                raise ServiceUnavailable(
+                    f"{store.queued_changes} changes are waiting for the disk; retry shortly"
+                )
+        except BaseException:
+            self._give_back()
+            raise
+        # Earlier changes of these accounts: nothing this unit answers may be read back
+        # before they are durable.
+        self._waits = [s.durable for s in self._slots.values() if s.durable is not None]
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._give_back()
+        if exc is not None:
+            return
+        for earlier in self._waits:
+            await self._port._await_durable(earlier)
+        await self._port._await_durable(self.committed)
+
+    def _give_back(self) -> None:
+        for slot in self._locked:
+            slot.lock.release()
+        self._locked = []
+        for account_id, slot in self._slots.items():
+            self._port._release(account_id, slot)
+
+    async def stored_answer(self, scope: str, idempotency: Idempotency) -> Answer | None:
+        return await self._port._stored_answer(scope, idempotency)
+
+    def make_room_for_key(self, scope: str) -> None:
+        self._port._make_room_for_key(scope)
+
+    def account(self, account_id: str) -> AccountState | None:
+        state = self._slots[account_id].state
+        return state if state.exists else None
+
+    def create(self, account_id: str) -> AccountState:
+        slot = self._slots[account_id]
+        assert not slot.state.exists
+        self._port._count_new_account(account_id, slot)
+        return slot.state
+
+    def live_room(self, account_id: str) -> int | None:
+        return self._port._live_room(account_id)
+
+    def live_quota_error(self, account_id: str) -> QuotaExceeded:
+        return self._port._live_quota_error(account_id)
+
+    def count_live(self, account_id: str, delta: int) -> None:
+        self._port._count_live(account_id, delta)
+
+    async def history(self, account_id: str, timestamp: int) -> Totals:
+        # Entries submitted but not yet on disk are not in the store's answer: wait for them.
+        await self._port._await_durable(self._slots[account_id].durable)
+        return await self._port._store.read_totals_at(account_id, timestamp)
+
+    async def commit(self, changes: Sequence[Change], key: IdempotencyRecord | None) -> None:
+        assert self.committed is None, "one commit per unit of work"
+        if changes:
+            self.committed = self._port._submit(self._slots, changes, key)

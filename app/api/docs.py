@@ -1,0 +1,67 @@
+"""OpenAPI examples of the request bodies: SPEC's examples as requests a client can send
+(the generated client's tests run them). Kept apart from the endpoints, which only bind
+parameters and call the service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+GRANT_EXAMPLES: dict[str, Any] = {
+    "example1-first": {
+        "summary": "SPEC Example 1: first grant",
+        "value": {"amount": 100, "timestamp": 0, "expiry": 10},
+    },
+    "example1-second": {
+        "summary": "SPEC Example 1: a shorter-lived grant",
+        "value": {"amount": 50, "timestamp": 2, "expiry": 5},
+    },
+    "example1-settles-debt": {
+        "summary": "SPEC Example 1: a grant that settles 10 of debt",
+        "value": {"amount": 30, "timestamp": 12, "expiry": 20},
+    },
+    "example2": {
+        "summary": "SPEC Example 2: a grant that expires at t=5",
+        "value": {"amount": 50, "timestamp": 0, "expiry": 5},
+    },
+}
+CONSUME_EXAMPLES: dict[str, Any] = {
+    "example1-draws-from-two-grants": {
+        "summary": "SPEC Example 1: 50 from the expiry-5 grant, 20 from expiry-10",
+        "value": {"amount": 70, "timestamp": 3},
+    },
+    "example1-into-debt": {
+        "summary": "SPEC Example 1: 80 consumed, 10 become debt",
+        "value": {"amount": 90, "timestamp": 8},
+    },
+    "example2-after-expiry": {
+        "summary": "SPEC Example 2: all credits expired, 20 become debt",
+        "value": {"amount": 20, "timestamp": 6},
+    },
+}
+
+_EXAMPLE_1_OPERATIONS: list[dict[str, Any]] = [
+    {"op": "grant", "account_id": "a1", "amount": 100, "timestamp": 0, "expiry": 10},
+    {"op": "grant", "account_id": "a1", "amount": 50, "timestamp": 2, "expiry": 5},
+    {"op": "consume", "account_id": "a1", "amount": 70, "timestamp": 3},
+    {"op": "balance", "account_id": "a1", "timestamp": 4},
+    {"op": "consume", "account_id": "a1", "amount": 90, "timestamp": 8},
+    {"op": "balance", "account_id": "a1", "timestamp": 8},
+    {"op": "grant", "account_id": "a1", "amount": 30, "timestamp": 12, "expiry": 20},
+    {"op": "balance", "account_id": "a1", "timestamp": 12},
+]
+BATCH_EXAMPLES: dict[str, Any] = {
+    "example1": {
+        "summary": "SPEC Example 1 in one request",
+        "value": {"atomic": False, "operations": _EXAMPLE_1_OPERATIONS},
+    },
+    "atomic": {
+        "summary": "All or nothing: usage of two jobs reported together",
+        "value": {
+            "atomic": True,
+            "operations": [
+                {"op": "consume", "account_id": "team-a:job-1", "amount": 5, "timestamp": 100},
+                {"op": "consume", "account_id": "team-a:job-2", "amount": 7, "timestamp": 100},
+            ],
+        },
+    },
+}

@@ -1,0 +1,131 @@
+"""Results as the bytes the API sends: one place that turns the service's dataclasses into
+JSON, for answers and for what an Idempotency-Key stores (``encode_answer``, handed to the
+service at construction).
+
+Receipts are serialised by pydantic straight from the service's dataclasses: the declared
+response models document the same shape (tests hold the two together), and skipping the
+validate-then-serialise round trip FastAPI would do keeps the hot path lean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Final
+
+from pydantic import TypeAdapter
+
+from app.api.problems import describe
+from app.service.commands import ConsumeOp, GrantOp, Operation
+from app.service.results import (
+    Answer,
+    BalanceView,
+    BatchOutcome,
+    ConsumptionReceipt,
+    GrantReceipt,
+)
+from app.storage.base import ConsumptionEntry, Entry, GrantEntry
+
+GRANT_STATUS: Final = 201
+CONSUME_STATUS: Final = 200
+BATCH_STATUS: Final = 200
+
+_GRANT_JSON: TypeAdapter[GrantReceipt] = TypeAdapter(GrantReceipt)
+_CONSUME_JSON: TypeAdapter[ConsumptionReceipt] = TypeAdapter(ConsumptionReceipt)
+_BALANCE_JSON: TypeAdapter[BalanceView] = TypeAdapter(BalanceView)
+
+
+@dataclasses.dataclass(slots=True)
+class _BatchItem:
+    op: str
+    status: int
+    body: GrantReceipt | ConsumptionReceipt | BalanceView | dict[str, Any]
+
+
+@dataclasses.dataclass(slots=True)
+class _BatchBody:
+    succeeded: int
+    failed: int
+    results: list[_BatchItem]
+
+
+_BATCH_JSON: TypeAdapter[_BatchBody] = TypeAdapter(_BatchBody)
+
+
+def grant(receipt: GrantReceipt) -> bytes:
+    return _GRANT_JSON.dump_json(receipt)
+
+
+def consumption(receipt: ConsumptionReceipt) -> bytes:
+    return _CONSUME_JSON.dump_json(receipt)
+
+
+def balance(view: BalanceView) -> bytes:
+    return _BALANCE_JSON.dump_json(view)
+
+
+def _name_and_status(op: Operation) -> tuple[str, int]:
+    """A batch operation's name and the status its single endpoint answers on success."""
+    if isinstance(op, GrantOp):
+        return "grant", GRANT_STATUS
+    if isinstance(op, ConsumeOp):
+        return "consume", CONSUME_STATUS
+    return "balance", 200
+
+
+def batch(outcome: BatchOutcome) -> bytes:
+    """A batch that ran (an aborted atomic one answers with a problem document instead)."""
+    assert outcome.failed_index is None
+    items: list[_BatchItem] = []
+    failed = 0
+    for op, result in zip(outcome.operations, outcome.results, strict=True):
+        name, status = _name_and_status(op)
+        if isinstance(result, Exception):
+            failed += 1
+            described = describe(result)
+            items.append(_BatchItem(name, described.kind.status, described.body()))
+        else:
+            items.append(_BatchItem(name, status, result))
+    return _BATCH_JSON.dump_json(_BatchBody(len(items) - failed, failed, items))
+
+
+def encode_answer(result: GrantReceipt | ConsumptionReceipt | BatchOutcome) -> Answer:
+    """What an Idempotency-Key keeps: the first answer's status and bytes."""
+    if isinstance(result, GrantReceipt):
+        return Answer(GRANT_STATUS, grant(result))
+    if isinstance(result, ConsumptionReceipt):
+        return Answer(CONSUME_STATUS, consumption(result))
+    return Answer(BATCH_STATUS, batch(result))
+
+
+def entry(e: Entry) -> dict[str, Any]:
+    """A ledger entry as listLedgerEntries shows it: its position, kind and time, the totals
+    after it, then what the kind says (the ``LedgerEntry`` schema)."""
+    body: dict[str, Any] = {
+        "sequence": e.sequence,
+        "kind": e.kind,
+        "timestamp": e.timestamp,
+        "balance": e.available - e.debt,
+        "available": e.available,
+        "debt": e.debt,
+    }
+    if isinstance(e, GrantEntry):
+        body.update(
+            grant_id=e.grant_id,
+            amount=e.amount,
+            expiry=e.expiry,
+            settled_debt=e.settled_debt,
+            retained=e.retained,
+        )
+    elif isinstance(e, ConsumptionEntry):
+        body.update(
+            amount=e.amount,
+            consumed=e.consumed,
+            debt_added=e.debt_added,
+            allocation=[
+                {"grant_id": d.grant_id, "expiry": d.expiry, "amount": d.amount}
+                for d in e.allocation
+            ],
+        )
+    else:
+        body.update(grant_id=e.grant_id, expiry=e.expiry, amount=e.amount)
+    return body

@@ -1,0 +1,32 @@
+"""The operations a caller asks of the service, alone or in a batch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+MAX_BATCH_OPERATIONS: Final = 10_000  # one request doing bounded work
+
+
+@dataclass(slots=True)
+class GrantOp:
+    account_id: str
+    amount: int
+    timestamp: int
+    expiry: int
+
+
+@dataclass(slots=True)
+class ConsumeOp:
+    account_id: str
+    amount: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class BalanceOp:
+    account_id: str
+    timestamp: int | None
+
+
+Operation = GrantOp | ConsumeOp | BalanceOp

@@ -1,0 +1,87 @@
+"""The errors the service raises (the core raises ``app.domain.LedgerError``). Each is mapped
+to an HTTP problem document in one place, ``app.api.problems``; nothing here knows HTTP."""
+
+from __future__ import annotations
+
+from app.quotas import Resource
+
+
+class ServiceError(Exception):
+    """Base of the errors the service raises (the domain raises ``LedgerError``)."""
+
+
+class AccountNotFound(ServiceError):
+    def __init__(self, account_id: str) -> None:
+        super().__init__(f"account {account_id!r} has no grants or consumptions yet")
+        self.account_id = account_id
+
+
+class GrantNotFound(ServiceError):
+    def __init__(self, account_id: str, grant_id: int) -> None:
+        super().__init__(f"account {account_id!r} has no grant {grant_id}")
+
+
+class IdempotencyKeyReused(ServiceError):
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"Idempotency-Key {key!r} was already used on this account with a different "
+            "operation or body"
+        )
+
+
+class AccountLimit(ServiceError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the ledger already holds {limit} accounts, the most it may hold "
+            "(GPU_CREDITS_MAX_ACCOUNTS)"
+        )
+
+
+class IdempotencyKeysFull(ServiceError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"{limit} Idempotency-Keys are held within the retention period, the most the "
+            "service keeps (GPU_CREDITS_MAX_IDEMPOTENCY_KEYS); retry later or without a key"
+        )
+
+
+class QuotaExceeded(ServiceError):
+    """A tenant's quota (``tenant`` is its account-id prefix), or with ``tenant`` None the
+    service's own bound on live grants, would be passed."""
+
+    def __init__(self, tenant: str | None, quota: Resource, limit: int) -> None:
+        if tenant is None:
+            message = (
+                f"the service already holds {limit} {quota}, the most it may hold "
+                "(GPU_CREDITS_MAX_LIVE_GRANTS); consume or let some expire first"
+            )
+        else:
+            message = (
+                f"the accounts starting with {tenant!r} already hold {limit} {quota}, their quota"
+            )
+        super().__init__(message)
+        self.tenant = tenant
+        self.quota = quota
+        self.limit = limit
+
+
+class ServiceUnavailable(ServiceError):
+    """The service cannot serve the request now; retry later. The shared ledger raises it
+    only when nothing was committed."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+
+
+class OutcomeUnknown(ServiceError):
+    """The database connection was lost while the change was being committed: it may or may
+    not have been applied. Not a ``ServiceUnavailable``, which on the shared ledger means
+    nothing was committed: a client retrying this one without its Idempotency-Key could apply
+    the change twice."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"the outcome of this request is unknown ({reason}): it may or may not have been "
+            "applied. Retry with the same Idempotency-Key to get its answer; without a key, "
+            "read the ledger before retrying"
+        )

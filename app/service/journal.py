@@ -1,0 +1,248 @@
+"""Pure: one operation on one account's state, and what storage must record of it.
+
+Each function applies an operation to an ``AccountState`` (the tracker and the next ledger
+sequence) and returns the ``Change`` storage makes durable (the account's row, the live
+grants added, updated or removed, the ledger entries) with the answer for the caller. No
+I/O, no clock, no locks: the service calls these inside a unit of work, and single requests
+and batches share them, so a rule lives here once.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from app.domain import ConsumeResult, Expiration, GPUCreditTracker, LiveGrant
+from app.service.errors import GrantNotFound
+from app.service.results import (
+    BalanceView,
+    ConsumptionReceipt,
+    GrantReceipt,
+    GrantView,
+)
+from app.storage.base import (
+    AccountRow,
+    Change,
+    ConsumptionEntry,
+    Entry,
+    ExpirationEntry,
+    GrantEntry,
+)
+
+Totals = tuple[int, int]  # (available, debt) at some time
+
+
+@dataclass(slots=True)
+class AccountState:
+    """One account as a unit of work holds it: its tracker and its ledger's next sequence."""
+
+    account_id: str
+    tracker: GPUCreditTracker
+    next_sequence: int
+
+    @property
+    def exists(self) -> bool:
+        """An account exists once a write has recorded something (sequence 1 is taken)."""
+        return self.next_sequence > 1
+
+
+@dataclass(slots=True)
+class AsOfRead:
+    """A balance read at a time before the account's clock: the stored history answers."""
+
+    account_id: str
+    timestamp: int
+
+
+def grant(
+    account: AccountState, amount: int, timestamp: int, expiry: int, live_room: int | None
+) -> tuple[Change, GrantReceipt]:
+    """Raises ``LedgerError`` (``NoLiveRoom`` past ``live_room``) and changes nothing then."""
+    tracker = account.tracker
+    before = (tracker.available, tracker.debt)
+    result = tracker.apply_grant(amount, timestamp, expiry, live_room)
+    entries = _expiration_entries(account, result.expired, *before)
+    sequence = _next_sequence(account)
+    entries.append(
+        GrantEntry(
+            sequence,
+            timestamp,
+            result.available,
+            result.debt,
+            grant_id=result.grant_id,
+            amount=amount,
+            expiry=expiry,
+            settled_debt=result.settled_debt,
+            retained=result.retained,
+        )
+    )
+    change = _change(account, entries)
+    change.removed_grant_ids.extend(e.grant_id for e in result.expired)
+    if result.retained:
+        change.upserted_live_grants.append(LiveGrant(result.grant_id, expiry, result.retained))
+    receipt = GrantReceipt(
+        account_id=account.account_id,
+        grant_id=result.grant_id,
+        sequence=sequence,
+        timestamp=timestamp,
+        amount=amount,
+        expiry=expiry,
+        balance=result.available - result.debt,
+        available=result.available,
+        debt=result.debt,
+        settled_debt=result.settled_debt,
+        retained=result.retained,
+    )
+    return change, receipt
+
+
+def consume(
+    account: AccountState, amount: int, timestamp: int
+) -> tuple[Change, ConsumptionReceipt]:
+    """Raises ``LedgerError`` and changes nothing then."""
+    tracker = account.tracker
+    before = (tracker.available, tracker.debt)
+    result = tracker.apply_consume(amount, timestamp)
+    entries = _expiration_entries(account, result.expired, *before)
+    sequence = _next_sequence(account)
+    allocation = list(result.allocation)
+    entries.append(
+        ConsumptionEntry(
+            sequence,
+            timestamp,
+            result.available,
+            result.debt,
+            amount=amount,
+            consumed=result.consumed,
+            debt_added=result.debt_added,
+            allocation=result.allocation,
+        )
+    )
+    change = _change(account, entries)
+    change.removed_grant_ids.extend(e.grant_id for e in result.expired)
+    _record_allocation(change, tracker, result)
+    receipt = ConsumptionReceipt(
+        account_id=account.account_id,
+        sequence=sequence,
+        timestamp=timestamp,
+        amount=amount,
+        balance=result.available - result.debt,
+        available=result.available,
+        debt=result.debt,
+        consumed=result.consumed,
+        debt_added=result.debt_added,
+        allocation=allocation,
+    )
+    return change, receipt
+
+
+def view(account_id: str, tracker: GPUCreditTracker) -> BalanceView:
+    """The account at its clock."""
+    return BalanceView(
+        account_id=account_id,
+        timestamp=tracker.clock,
+        balance=tracker.available - tracker.debt,
+        available=tracker.available,
+        debt=tracker.debt,
+    )
+
+
+def read_balance(
+    account_id: str, tracker: GPUCreditTracker, timestamp: int | None
+) -> BalanceView | AsOfRead:
+    """A balance read that changes nothing (SPEC section 3). At or after the clock it is the
+    projection from the live grants; before it, an ``AsOfRead`` the stored history answers."""
+    clock = tracker.clock
+    if timestamp is None or timestamp == clock:
+        # Live grants with expiry <= clock were evicted by the write that set the clock.
+        return view(account_id, tracker)
+    if timestamp < clock:
+        return AsOfRead(account_id, timestamp)
+    available = tracker.available_at(timestamp)
+    debt = tracker.debt
+    return BalanceView(account_id, timestamp, available - debt, available, debt)
+
+
+def totals_view(account_id: str, timestamp: int, totals: Totals) -> BalanceView:
+    available, debt = totals
+    return BalanceView(account_id, timestamp, available - debt, available, debt)
+
+
+def as_of_in_batch(
+    read: AsOfRead, entries: Sequence[Entry], baselines: dict[tuple[str, int], Totals]
+) -> BalanceView:
+    """An as-of read inside a batch: after the batch's last own entry at or before its time,
+    or as the account stood before the batch. ``entries`` are in time order."""
+    index = bisect.bisect_right(entries, read.timestamp, key=lambda e: e.timestamp)
+    if index:
+        totals = (entries[index - 1].available, entries[index - 1].debt)
+    else:
+        totals = baselines[(read.account_id, read.timestamp)]
+    return totals_view(read.account_id, read.timestamp, totals)
+
+
+def grant_view_of(account_id: str, grant_id: int, entry: Entry | None, remaining: int) -> GrantView:
+    """One grant as getGrant shows it: its ledger entry plus what is left of it now."""
+    if not isinstance(entry, GrantEntry):
+        raise GrantNotFound(account_id, grant_id)
+    return GrantView(
+        account_id=account_id,
+        grant_id=grant_id,
+        sequence=entry.sequence,
+        timestamp=entry.timestamp,
+        amount=entry.amount,
+        expiry=entry.expiry,
+        settled_debt=entry.settled_debt,
+        retained=entry.retained,
+        remaining=remaining,
+    )
+
+
+def _next_sequence(account: AccountState) -> int:
+    sequence = account.next_sequence
+    account.next_sequence = sequence + 1
+    return sequence
+
+
+def _expiration_entries(
+    account: AccountState,
+    expired: tuple[Expiration, ...],
+    available_before: int,
+    debt_before: int,
+) -> list[Entry]:
+    entries: list[Entry] = []
+    available = available_before
+    for e in expired:  # popped in (expiry, grant_id) order
+        available -= e.amount
+        entries.append(
+            ExpirationEntry(
+                _next_sequence(account),
+                timestamp=e.expiry,
+                available=available,
+                debt=debt_before,
+                grant_id=e.grant_id,
+                expiry=e.expiry,
+                amount=e.amount,
+            )
+        )
+    return entries
+
+
+def _change(account: AccountState, entries: list[Entry]) -> Change:
+    t = account.tracker
+    row = AccountRow(account.account_id, t.clock, t.debt, t.next_grant_id, account.next_sequence)
+    return Change(account=row, entries=entries)
+
+
+def _record_allocation(change: Change, tracker: GPUCreditTracker, result: ConsumeResult) -> None:
+    if not result.allocation:
+        return
+    # Every grant drawn from is used up, except possibly the last one, which a partial draw
+    # leaves first in the consumption order with its key unchanged.
+    first = tracker.first_live_grant()
+    for part in result.allocation:
+        if first is not None and part.grant_id == first.grant_id:
+            change.upserted_live_grants.append(first)
+        else:
+            change.removed_grant_ids.append(part.grant_id)

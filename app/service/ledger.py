@@ -1,0 +1,337 @@
+"""The ledger service: every operation written once, against ``LedgerPort``.
+
+A write holds its account in a unit of work, replays the stored answer of a retried
+Idempotency-Key, applies the rule (``app.service.journal``), and commits the change with the
+key. A batch does the same for all of its accounts at once. Which storage keeps the accounts
+(process memory with a journal, or a shared database) is the adapter's business, not this
+module's: it knows neither SQL nor HTTP.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
+
+from app.domain import GPUCreditTracker, LedgerError, NoLiveRoom
+from app.quotas import Quota
+from app.service import journal
+from app.service.commands import (
+    MAX_BATCH_OPERATIONS,
+    BalanceOp,
+    ConsumeOp,
+    GrantOp,
+    Operation,
+)
+from app.service.errors import AccountNotFound, ServiceError, ServiceUnavailable
+from app.service.idempotency import BATCH_SCOPE, Encoder, Idempotency
+from app.service.journal import AccountState, AsOfRead, Totals
+from app.service.limits import Limits
+from app.service.results import (
+    Answer,
+    BalanceView,
+    BatchOutcome,
+    ConsumptionReceipt,
+    GrantReceipt,
+    GrantView,
+    LiveGrantView,
+    Result,
+)
+from app.service.unit_of_work import LedgerPort, UnitOfWork
+from app.storage.base import Change, Entry, IdempotencyRecord
+
+_R = TypeVar("_R", GrantReceipt, ConsumptionReceipt)
+
+
+class Replay(Answer):
+    """The stored answer of a retried request: send it again, byte for byte."""
+
+    __slots__ = ()
+
+
+class Ledger:
+    def __init__(
+        self,
+        port: LedgerPort,
+        encode: Encoder,
+        limits: Limits | None = None,
+        wall_clock_s: Callable[[], float] = time.time,
+    ) -> None:
+        self._port = port
+        self._encode = encode
+        self._limits = limits or Limits()
+        self._wall_clock_s = wall_clock_s
+
+    @property
+    def port(self) -> LedgerPort:
+        """The adapter in use (for operators' tools and tests)."""
+        return self._port
+
+    # -- lifecycle and health --------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._port.start()
+
+    async def close(self) -> None:
+        await self._port.close()
+
+    async def ready(self) -> bool:
+        return await self._port.ready()
+
+    @property
+    def failure(self) -> str | None:
+        return self._port.failure
+
+    @property
+    def healthy(self) -> bool:
+        return self._port.failure is None
+
+    async def check_storage(self) -> None:
+        await self._port.check_storage()
+
+    async def prune_idempotency(self) -> int:
+        """Forget Idempotency-Keys older than the retention period."""
+        cutoff_s = self._wall_clock_s() - self._limits.idempotency_ttl_s
+        return await self._port.prune_idempotency(cutoff_s)
+
+    def configure_tenants(
+        self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]
+    ) -> None:
+        self._port.configure_tenants(quotas, prefix_of_key)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    async def grant(
+        self,
+        account_id: str,
+        amount: int,
+        timestamp: int,
+        expiry: int,
+        idempotency: Idempotency | None = None,
+    ) -> GrantReceipt | Replay:
+        def apply(uow: UnitOfWork, account: AccountState) -> tuple[Change, GrantReceipt]:
+            return self._grant(uow, account, amount, timestamp, expiry)
+
+        return await self._write(account_id, idempotency, apply)
+
+    async def consume(
+        self,
+        account_id: str,
+        amount: int,
+        timestamp: int,
+        idempotency: Idempotency | None = None,
+    ) -> ConsumptionReceipt | Replay:
+        def apply(uow: UnitOfWork, account: AccountState) -> tuple[Change, ConsumptionReceipt]:
+            return self._consume(uow, account, amount, timestamp)
+
+        return await self._write(account_id, idempotency, apply)
+
+    async def _write(
+        self,
+        account_id: str,
+        idempotency: Idempotency | None,
+        apply: Callable[[UnitOfWork, AccountState], tuple[Change, _R]],
+    ) -> _R | Replay:
+        """One write: a grant or consumption on an unknown account creates it; if the
+        operation is refused, the new account is forgotten, so a failed request leaves no
+        trace."""
+        self._check_serving()
+        async with self._port.unit_of_work([account_id]) as uow:
+            key: IdempotencyRecord | None = None
+            if idempotency is not None:
+                stored = await uow.stored_answer(account_id, idempotency)
+                if stored is not None:
+                    return Replay(stored.status_code, stored.body)
+                uow.make_room_for_key(account_id)
+            account = uow.account(account_id) or uow.create(account_id)
+            change, receipt = apply(uow, account)
+            if idempotency is not None:
+                key = self._key_record(account_id, idempotency, self._encode(receipt))
+            await uow.commit([change], key)
+        return receipt
+
+    async def batch(
+        self, operations: Sequence[Operation], atomic: bool, idempotency: Idempotency | None
+    ) -> BatchOutcome | Replay:
+        """Apply ``operations`` in order; all changes are committed together.
+
+        Not atomic: each operation succeeds or fails on its own, as it would alone. Atomic:
+        on the first failure every account is put back as it was and nothing is written
+        (TigerBeetle's linked events). All the accounts involved are held for the whole
+        batch, so each still sees one operation at a time. ``idempotency`` is scoped to the
+        API key that sent the batch (``idempotency.scope``), not to an account.
+        """
+        self._check_serving()
+        assert 1 <= len(operations) <= MAX_BATCH_OPERATIONS
+        account_ids = sorted({op.account_id for op in operations})
+        async with self._port.unit_of_work(account_ids) as uow:
+            scope = idempotency.scope if idempotency is not None else BATCH_SCOPE
+            if idempotency is not None:
+                stored = await uow.stored_answer(scope, idempotency)
+                if stored is not None:
+                    return Replay(stored.status_code, stored.body)
+                uow.make_room_for_key(scope)
+            held = {a: s for a in account_ids if (s := uow.account(a)) is not None}
+            baselines = await _balance_baselines(operations, held, uow.history)
+            outcome, changes = self._apply_batch(uow, operations, atomic, held, baselines)
+            key = None
+            if idempotency is not None and changes:
+                # Kept with what the batch changed. A batch that changed nothing (only reads,
+                # or every operation refused) left no trace, like a failed single request:
+                # a retry runs it again, and it stores nothing.
+                key = self._key_record(scope, idempotency, self._encode(outcome))
+            await uow.commit(changes, key)
+        return outcome
+
+    def _apply_batch(
+        self,
+        uow: UnitOfWork,
+        operations: Sequence[Operation],
+        atomic: bool,
+        accounts: dict[str, AccountState],
+        baselines: dict[tuple[str, int], Totals],
+    ) -> tuple[BatchOutcome, list[Change]]:
+        """Apply in order, without awaiting anything. ``accounts`` holds the existing
+        accounts and gains those the batch creates, in operation order, exactly as single
+        requests would. ``baselines`` answers balance reads at a time before the batch's own
+        entries (see ``_balance_baselines``)."""
+        saved: dict[str, tuple[GPUCreditTracker, int]] = {}
+        results: list[Result | Exception] = []
+        changes: list[Change] = []
+        # Each account's entries made by this batch so far, in time order: an as-of read
+        # inside the batch may fall among them.
+        batch_entries: dict[str, list[Entry]] = {}
+        for index, op in enumerate(operations):
+            account_id = op.account_id
+            try:
+                account = accounts.get(account_id)
+                if account is None:
+                    if isinstance(op, BalanceOp):
+                        raise AccountNotFound(account_id)
+                    account = accounts[account_id] = uow.create(account_id)
+                if atomic and account_id not in saved:
+                    saved[account_id] = (account.tracker.copy(), account.next_sequence)
+                receipt: GrantReceipt | ConsumptionReceipt
+                if isinstance(op, GrantOp):
+                    change, receipt = self._grant(uow, account, op.amount, op.timestamp, op.expiry)
+                elif isinstance(op, ConsumeOp):
+                    change, receipt = self._consume(uow, account, op.amount, op.timestamp)
+                else:
+                    if not account.exists:
+                        raise AccountNotFound(account_id)
+                    view = journal.read_balance(account_id, account.tracker, op.timestamp)
+                    if isinstance(view, AsOfRead):
+                        view = journal.as_of_in_batch(
+                            view, batch_entries.get(account_id, ()), baselines
+                        )
+                    results.append(view)
+                    continue
+                changes.append(change)
+                batch_entries.setdefault(account_id, []).extend(change.entries)
+                results.append(receipt)
+            except (LedgerError, ServiceError) as exc:
+                if atomic:
+                    for saved_id, (tracker, next_sequence) in saved.items():
+                        current = accounts[saved_id]
+                        undone = tracker.live_grant_count - current.tracker.live_grant_count
+                        uow.count_live(saved_id, undone)
+                        current.tracker = tracker
+                        current.next_sequence = next_sequence
+                    return BatchOutcome(operations, [exc], failed_index=index), []
+                results.append(exc)
+        return BatchOutcome(operations, results, failed_index=None), changes
+
+    # -- the operations, shared by single requests and batches -------------------------------
+
+    @staticmethod
+    def _grant(
+        uow: UnitOfWork, account: AccountState, amount: int, timestamp: int, expiry: int
+    ) -> tuple[Change, GrantReceipt]:
+        account_id = account.account_id
+        live_before = account.tracker.live_grant_count
+        try:
+            change, receipt = journal.grant(
+                account, amount, timestamp, expiry, uow.live_room(account_id)
+            )
+        except NoLiveRoom:
+            raise uow.live_quota_error(account_id) from None
+        uow.count_live(account_id, account.tracker.live_grant_count - live_before)
+        return change, receipt
+
+    @staticmethod
+    def _consume(
+        uow: UnitOfWork, account: AccountState, amount: int, timestamp: int
+    ) -> tuple[Change, ConsumptionReceipt]:
+        live_before = account.tracker.live_grant_count
+        change, receipt = journal.consume(account, amount, timestamp)
+        if account.tracker.live_grant_count != live_before:
+            uow.count_live(account.account_id, account.tracker.live_grant_count - live_before)
+        return change, receipt
+
+    def _key_record(
+        self, scope: str, idempotency: Idempotency, answer: Answer
+    ) -> IdempotencyRecord:
+        return IdempotencyRecord(
+            scope=scope,
+            key=idempotency.key,
+            fingerprint=idempotency.fingerprint,
+            status_code=answer.status_code,
+            body=answer.body,
+            created_at_s=self._wall_clock_s(),
+        )
+
+    def _check_serving(self) -> None:
+        failure = self._port.failure
+        if failure is not None:
+            raise ServiceUnavailable(failure)
+
+    # -- reads: safe, they change nothing ---------------------------------------------------
+
+    async def balance(self, account_id: str, timestamp: int | None) -> BalanceView:
+        """At or after the account's clock, the projected state (credits expiring by then no
+        longer count); before it, the as-of state from the stored history; None: the state
+        at the clock. Unknown accounts are 404 and are not created."""
+        self._check_serving()
+        return await self._port.balance(account_id, timestamp)
+
+    async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrantView]]:
+        """Live grants at the account's clock, in the order they will be used."""
+        self._check_serving()
+        return await self._port.live_grants(account_id)
+
+    async def grant_view(self, account_id: str, grant_id: int) -> GrantView:
+        self._check_serving()
+        return await self._port.grant_view(account_id, grant_id)
+
+    async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
+        self._check_serving()
+        return await self._port.entries(account_id, after_sequence, limit)
+
+
+async def _balance_baselines(
+    operations: Sequence[Operation],
+    accounts: Mapping[str, AccountState],
+    history: Callable[[str, int], Awaitable[Totals]],
+) -> dict[tuple[str, int], Totals]:
+    """Before a batch changes anything: each timed balance read's totals as the account
+    stood before the batch (stored history before the clock, the projection after it;
+    nothing for an account the batch would create). Inside the batch a read earlier than
+    the batch's own entries for its account answers from here, so every I/O a batch needs is
+    done before its first change and a failed read changes nothing."""
+    baselines: dict[tuple[str, int], Totals] = {}
+    for op in operations:
+        if not isinstance(op, BalanceOp) or op.timestamp is None:
+            continue
+        where = (op.account_id, op.timestamp)
+        if where in baselines:
+            continue
+        account = accounts.get(op.account_id)
+        if account is None:
+            baselines[where] = (0, 0)
+            continue
+        tracker = account.tracker
+        if op.timestamp < tracker.clock:
+            baselines[where] = await history(op.account_id, op.timestamp)
+        else:
+            baselines[where] = (tracker.available_at(op.timestamp), tracker.debt)
+    return baselines

@@ -1,0 +1,97 @@
+"""What the service answers: receipts of writes, views of an account, a batch's outcome.
+
+Plain slotted dataclasses, not frozen ones: several are made per operation on the hot path
+and a frozen dataclass's ``__init__`` costs about twice as much. Nothing mutates them after
+construction. The API layer serialises them straight to JSON (``app.api.render``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from app.domain import Allocation
+from app.service.commands import Operation
+
+
+@dataclass(slots=True)
+class GrantReceipt:
+    account_id: str
+    grant_id: int
+    sequence: int
+    timestamp: int
+    amount: int
+    expiry: int
+    balance: int
+    available: int
+    debt: int
+    settled_debt: int
+    retained: int
+
+
+@dataclass(slots=True)
+class ConsumptionReceipt:
+    account_id: str
+    sequence: int
+    timestamp: int
+    amount: int
+    balance: int
+    available: int
+    debt: int
+    consumed: int
+    debt_added: int
+    allocation: list[Allocation]  # the core's own records, in the order drawn
+
+
+@dataclass(slots=True)
+class BalanceView:
+    account_id: str
+    timestamp: int
+    balance: int
+    available: int
+    debt: int
+
+
+@dataclass(slots=True)
+class LiveGrantView:
+    """What is left of one grant that can still be consumed."""
+
+    grant_id: int
+    expiry: int
+    remaining: int
+
+
+@dataclass(slots=True)
+class GrantView:
+    account_id: str
+    grant_id: int
+    sequence: int
+    timestamp: int
+    amount: int
+    expiry: int
+    settled_debt: int
+    retained: int
+    remaining: int  # 0 once consumed, expired, or swallowed by debt
+
+
+Result = GrantReceipt | ConsumptionReceipt | BalanceView
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    """One result per operation, in order: a receipt or view, or the error it raised. For an
+    atomic batch that failed: just the error, at ``failed_index``, and nothing applied."""
+
+    operations: Sequence[Operation]
+    results: list[Result | Exception]
+    failed_index: int | None
+
+
+@dataclass(slots=True)
+class Answer:
+    """A write's answer as the API layer encoded it (see ``app.service.idempotency``): kept
+    with an Idempotency-Key and sent again, byte for byte, to a retry. The service stores it
+    and never looks inside."""
+
+    status_code: int
+    body: bytes

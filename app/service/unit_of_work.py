@@ -1,0 +1,115 @@
+"""The port the service is written against: how it holds accounts while it changes them,
+and how it reads them. Two adapters implement it (``app.adapters``): the embedded one
+(memory or SQLite: trackers in process memory, asyncio locks, a group-commit journal) and
+the PostgreSQL one (row locks, a version-checked cache of trackers, one transaction).
+
+A ``UnitOfWork`` is one request's hold on its accounts (cosmicpython's pattern): entered
+with the accounts locked and current, left with its changes committed all or none. Every
+rule of the ledger is applied by the service between the two, the same way for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+from app.quotas import Quota
+from app.service.errors import QuotaExceeded
+from app.service.idempotency import Idempotency
+from app.service.journal import AccountState, Totals
+from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
+from app.storage.base import Change, Entry, IdempotencyRecord
+
+
+class UnitOfWork(Protocol):
+    async def stored_answer(self, scope: str, idempotency: Idempotency) -> Answer | None:
+        """The answer stored with this key in ``scope`` by an earlier request (waiting until
+        that request is durable), or None the first time. ``IdempotencyKeyReused`` if the
+        earlier request asked something else."""
+        ...
+
+    def make_room_for_key(self, scope: str) -> None:
+        """Refuse (``IdempotencyKeysFull``, ``QuotaExceeded``) a new key the bounds on keys
+        held would not allow."""
+        ...
+
+    def account(self, account_id: str) -> AccountState | None:
+        """An existing account among the locked ones, current; None if it has no writes."""
+        ...
+
+    def create(self, account_id: str) -> AccountState:
+        """A new, empty account among the locked ones (``AccountLimit``, ``QuotaExceeded``
+        past a bound). It is forgotten again unless a committed change writes it."""
+        ...
+
+    def live_room(self, account_id: str) -> int | None:
+        """How many more live grants the bounds across accounts allow this account now
+        (None: no such bound here)."""
+        ...
+
+    def live_quota_error(self, account_id: str) -> QuotaExceeded:
+        """The error naming the bound a grant without ``live_room`` met."""
+        ...
+
+    def count_live(self, account_id: str, delta: int) -> None:
+        """The account now holds ``delta`` more live grants (negative: fewer)."""
+        ...
+
+    async def history(self, account_id: str, timestamp: int) -> Totals:
+        """The committed (available, debt) after the account's last entry at or before
+        ``timestamp`` (an as-of read)."""
+        ...
+
+    async def commit(self, changes: Sequence[Change], key: IdempotencyRecord | None) -> None:
+        """Make ``changes`` (in order) and ``key`` durable together, all or none. The
+        adapter may finish waiting for durability after the locks are released (group
+        commit), but before the unit of work is left."""
+        ...
+
+
+class LedgerPort(Protocol):
+    """Everything the service needs from an adapter."""
+
+    def unit_of_work(self, account_ids: Sequence[str]) -> AbstractAsyncContextManager[UnitOfWork]:
+        """Hold ``account_ids`` (sorted, distinct) for one request."""
+        ...
+
+    # -- lifecycle and health ------------------------------------------------------------
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def ready(self) -> bool:
+        """Can the service serve right now?"""
+        ...
+
+    @property
+    def failure(self) -> str | None:
+        """Why the service stopped serving for good (a restart is needed), or None."""
+        ...
+
+    async def check_storage(self) -> None:
+        """Ask storage whether it can still make changes durable (see ``failure``)."""
+        ...
+
+    async def prune_idempotency(self, min_created_at_s: float) -> int:
+        """Forget Idempotency-Keys created before ``min_created_at_s``; how many."""
+        ...
+
+    def configure_tenants(
+        self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]
+    ) -> None:
+        """The tenants in force (see ``app.quotas``)."""
+        ...
+
+    # -- reads: safe, they change nothing ---------------------------------------------------
+
+    async def balance(self, account_id: str, timestamp: int | None) -> BalanceView: ...
+
+    async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrantView]]: ...
+
+    async def grant_view(self, account_id: str, grant_id: int) -> GrantView: ...
+
+    async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]: ...

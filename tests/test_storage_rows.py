@@ -1,0 +1,81 @@
+"""``app.storage.rows``: the one place a change becomes rows (SQLite and PostgreSQL both write
+what ``encode`` returns), and the checks every backend runs before writing a group."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.domain import LiveGrant
+from app.storage import rows
+from app.storage.base import AccountRow, Change
+from tests import storage_dataset as data
+
+NOW_S = 1_800_000_000.0
+
+
+def test_the_dataset_passes_the_checks_as_one_group_and_as_several() -> None:
+    groups = data.groups(NOW_S)
+    for group in groups:
+        rows.check_changes(group)
+    rows.check_changes([c for group in groups for c in group])
+
+
+def test_encode_writes_each_account_once_with_its_newest_row() -> None:
+    group = [c for g in data.groups(NOW_S) for c in g]
+    encoded = rows.encode(group)
+    assert list(encoded.accounts) == ["acme", "team-b:1", "bat"]  # first touched first
+    assert encoded.account_values() == [
+        ("acme", 15, 0, 4, 6),
+        ("team-b:1", 9, 0, 3, 4),
+        ("bat", 3, 0, 2, 3),
+    ]
+
+
+def test_encode_keeps_only_the_live_grants_alive_at_the_end_and_deletes_the_rest() -> None:
+    encoded = rows.encode([c for g in data.groups(NOW_S) for c in g])
+    # acme's grant 2 was upserted twice, then used up: deleted, never written.
+    assert sorted(encoded.live_grant_upserts) == [
+        ("acme", 3, 40, 15),
+        ("bat", 1, 6, 3),  # upserted twice in the group: the newest remaining
+        ("team-b:1", 2, 20, 9),
+    ]
+    assert sorted(encoded.live_grant_deletes) == [("acme", 1), ("acme", 2), ("team-b:1", 1)]
+
+
+def test_encode_writes_entries_in_order_with_the_grant_id_of_grants() -> None:
+    encoded = rows.encode(data.groups(NOW_S)[3])
+    assert [(e[0], e[1], e[2], e[6]) for e in encoded.entries] == [
+        ("team-b:1", 2, "expiration", None),
+        ("team-b:1", 3, "grant", 2),
+        ("acme", 5, "grant", 3),
+    ]
+    for values in encoded.entries:
+        entry = rows.entry_of(*values[1:6], values[7])
+        assert entry in data.ENTRIES[values[0]]
+        assert rows.entry_of(*values[1:6], json.dumps(json.loads(values[7]))) == entry
+
+
+def test_encode_writes_idempotency_records_by_scope() -> None:
+    encoded = rows.encode(data.groups(NOW_S)[4])
+    assert [(v[0], v[1], v[3]) for v in encoded.idempotency] == [("/batch", "b-1", 200)]
+
+
+def test_a_change_without_entries_only_moves_its_row() -> None:
+    """A change may carry no entries (only state): its ``next_sequence`` must not move."""
+    row = AccountRow("a", clock=0, debt=0, next_grant_id=2, next_sequence=1)
+    encoded = rows.encode([Change(row, upserted_live_grants=[LiveGrant(1, 10, 1)])])
+    assert encoded.entries == []
+    assert encoded.live_grant_upserts == [("a", 1, 10, 1)]
+    moved = AccountRow("a", clock=0, debt=0, next_grant_id=2, next_sequence=2)
+    with pytest.raises(AssertionError, match="where the previous change's ended"):
+        rows.check_changes([Change(row), Change(moved)])
+
+
+def test_clocks_and_entry_times_never_go_back_within_a_group() -> None:
+    first, second = data.groups(NOW_S)[0]
+    with pytest.raises(AssertionError, match="clock went back"):
+        rows.check_changes([second, Change(AccountRow("acme", 0, 0, 3, 3))])
+    with pytest.raises(AssertionError):
+        rows.check_changes([second, first])
