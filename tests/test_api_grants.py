@@ -42,6 +42,8 @@ async def test_grant_is_201_with_location_of_the_grant(client: httpx.AsyncClient
         "settled_debt": 0,
         "retained": 100,
         "remaining": 70,
+        "name": None,
+        "metadata": None,
     }
     expect(
         ok(await client.get(second.headers["location"])),
@@ -52,6 +54,8 @@ async def test_grant_is_201_with_location_of_the_grant(client: httpx.AsyncClient
             "amount": 40,
             "expiry": 20,
             "remaining": 40,
+            "name": None,
+            "metadata": None,
         },
     )
 

@@ -369,7 +369,9 @@ async def assert_answers_as_before(client: httpx.AsyncClient) -> None:
     as_of = await client.get("/v1/accounts/acme/balance", params={"timestamp": 6})
     assert (as_of.json()["available"], as_of.json()["debt"]) == (30, 0)
     grants = (await client.get("/v1/accounts/team-b:1/grants")).json()
-    assert grants["grants"] == [{"grant_id": 2, "expiry": 20, "remaining": 9}]
+    assert grants["grants"] == [
+        {"grant_id": 2, "expiry": 20, "remaining": 9, "name": None, "metadata": None}
+    ]
     grant = (await client.get("/v1/accounts/acme/grants/3")).json()
     assert (grant["amount"], grant["remaining"]) == (25, 15)
     for account_id in data.ACCOUNTS:

@@ -42,7 +42,14 @@ from app.service.idempotency import BATCH_SCOPE, Idempotency, api_key_of_scope
 from app.service.journal import AccountState, AsOfRead, Totals, grant_view_of
 from app.service.limits import Limits
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
-from app.storage.base import Change, EmbeddedJournal, Entry, IdempotencyRecord, StorageError
+from app.storage.base import (
+    Change,
+    EmbeddedJournal,
+    Entry,
+    GrantEntry,
+    IdempotencyRecord,
+    StorageError,
+)
 
 # About ten full commit groups (app.storage.sqlite.MAX_CHANGES_PER_COMMIT): far more than a
 # healthy disk ever has queued, small enough that a stalled one cannot take the memory.
@@ -328,6 +335,13 @@ class EmbeddedPort:
         await self._await_durable(fut)
         entry = await self._store.read_grant_entry(account_id, grant_id)
         return grant_view_of(account_id, grant_id, entry, remaining)
+
+    async def grant_entries(
+        self, account_id: str, grant_ids: Sequence[int]
+    ) -> dict[int, GrantEntry]:
+        # Grant entries never change once written, and the grants asked about were listed
+        # after their entries were durable.
+        return await self._store.read_grant_entries(account_id, grant_ids)
 
     async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         slot = self._existing(account_id)

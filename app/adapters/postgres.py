@@ -37,7 +37,7 @@ from app.service.idempotency import Idempotency
 from app.service.journal import AccountState, Totals, grant_view_of
 from app.service.limits import Limits
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
-from app.storage.base import Change, Entry, IdempotencyRecord
+from app.storage.base import Change, Entry, GrantEntry, IdempotencyRecord
 from app.storage.postgres import AccountState as RowState
 from app.storage.postgres import CommitOutcomeUnknown, PgTransaction, PostgresStore
 
@@ -252,6 +252,11 @@ class PostgresPort:
         remaining = next((g.remaining for g in grants if g.grant_id == grant_id), 0)
         entry = await self._read(self._pg.read_grant_entry(account_id, grant_id))
         return grant_view_of(account_id, grant_id, entry, remaining)
+
+    async def grant_entries(
+        self, account_id: str, grant_ids: Sequence[int]
+    ) -> dict[int, GrantEntry]:
+        return await self._read(self._pg.read_grant_entries(account_id, grant_ids))
 
     async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         if await self._read(self._pg.read_account(account_id)) is None:

@@ -115,6 +115,8 @@ def entry(e: Entry) -> dict[str, Any]:
             expiry=e.expiry,
             settled_debt=e.settled_debt,
             retained=e.retained,
+            name=e.name,
+            metadata=e.metadata,
         )
     elif isinstance(e, ConsumptionEntry):
         body.update(

@@ -40,6 +40,7 @@ from app.keys import Scope
 from app.service.commands import BalanceOp, ConsumeOp, GrantOp, Operation
 from app.service.errors import ServiceUnavailable
 from app.service.idempotency import batch_scope
+from app.service.journal import Label
 from app.service.ledger import Ledger, Replay
 
 router = APIRouter(route_class=LedgerRoute)
@@ -89,8 +90,9 @@ async def grant_credits(
     """Grant `amount` credits usable from `timestamp` until `expiry` (exclusive). Outstanding
     debt is settled first; only the rest is kept. Creates the account if it is new."""
     idem = idempotency_of(request, "grant", account_id, body)
+    label = Label(body.name, body.metadata)
     result = await _ledger(request).grant(
-        account_id, body.amount, body.timestamp, body.expiry, idem
+        account_id, body.amount, body.timestamp, body.expiry, idem, label
     )
     if isinstance(result, Replay):
         grant_id = int(json.loads(result.body)["grant_id"])
@@ -248,7 +250,7 @@ BATCH_ABORTED = ProblemType("batch-aborted", "Atomic batch not applied", 0)
 
 def _to_operation(op: GrantOperation | ConsumeOperation | BalanceOperation) -> Operation:
     if isinstance(op, GrantOperation):
-        return GrantOp(op.account_id, op.amount, op.timestamp, op.expiry)
+        return GrantOp(op.account_id, op.amount, op.timestamp, op.expiry, op.name, op.metadata)
     if isinstance(op, ConsumeOperation):
         return ConsumeOp(op.account_id, op.amount, op.timestamp)
     return BalanceOp(op.account_id, op.timestamp)

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Path
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -92,10 +93,72 @@ def _expiry_after_timestamp(expiry: int, info: ValidationInfo) -> int:
     return expiry
 
 
+# -- grant labels (SPEC section 7) -----------------------------------------------------------
+
+GRANT_NAME_MAX_CHARS = 200
+METADATA_MAX_KEYS = 20
+METADATA_KEY_MAX_CHARS = 40
+METADATA_VALUE_MAX_CHARS = 500
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _storable(value: str) -> str:
+    """Text every backend stores as given: no NUL (PostgreSQL text and jsonb refuse it) and
+    no lone surrogate (not UTF-8, so not storable anywhere)."""
+    if "\x00" in value:
+        raise PydanticCustomError("nul_character", "must not contain the NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PydanticCustomError(
+            "invalid_unicode", "must be valid Unicode (no lone surrogates)"
+        ) from None
+    return value
+
+
+def _one_line(value: str) -> str:
+    """A name or key: storable, and no control characters at all."""
+    if _CONTROL.search(value):
+        raise PydanticCustomError("control_character", "must not contain control characters")
+    return _storable(value)
+
+
+GrantName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=GRANT_NAME_MAX_CHARS),
+    AfterValidator(_one_line),
+    Field(
+        description="A label for the grant, 1 to 200 characters, no control characters.",
+        examples=["Q3 research allocation"],
+    ),
+]
+MetadataKey = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=METADATA_KEY_MAX_CHARS),
+    AfterValidator(_one_line),
+]
+MetadataValue = Annotated[
+    str, StringConstraints(max_length=METADATA_VALUE_MAX_CHARS), AfterValidator(_storable)
+]
+GrantMetadata = Annotated[
+    dict[MetadataKey, MetadataValue],
+    Field(
+        max_length=METADATA_MAX_KEYS,
+        description=(
+            "Up to 20 string keys of 1 to 40 characters (no control characters), each with a "
+            "string value of up to 500 characters (no NUL). Kept as given."
+        ),
+        examples=[{"invoice": "INV-2026-0042", "team": "research"}],
+    ),
+]
+
+
 class GrantRequest(_Request):
     amount: Amount
     timestamp: Timestamp
     expiry: Expiry
+    name: GrantName | None = None
+    metadata: GrantMetadata | None = None
 
     _check_expiry = field_validator("expiry")(_expiry_after_timestamp)
 
@@ -120,6 +183,8 @@ class GrantOperation(_Request):
     amount: Amount
     timestamp: Timestamp
     expiry: Expiry
+    name: GrantName | None = None
+    metadata: GrantMetadata | None = None
 
     _check_expiry = field_validator("expiry")(_expiry_after_timestamp)
 
@@ -183,6 +248,8 @@ class GrantResponse(BalanceResponse):
     expiry: Figure
     settled_debt: Figure = Field(description="How much of the grant paid off debt.")
     retained: Figure = Field(description="How much was kept as a live grant with the expiry.")
+    name: str | None = Field(description="The grant's name, if it was given one.")
+    metadata: dict[str, str] | None = Field(description="The grant's metadata, if any.")
 
 
 class AllocationItem(_Response):
@@ -205,6 +272,8 @@ class LiveGrantItem(_Response):
     grant_id: int = Field(ge=1)
     expiry: Figure
     remaining: Figure
+    name: str | None = Field(description="The grant's name, if it was given one.")
+    metadata: dict[str, str] | None = Field(description="The grant's metadata, if any.")
 
 
 class LiveGrantsResponse(BalanceResponse):
@@ -221,6 +290,8 @@ class GrantDetailResponse(_Response):
     settled_debt: Figure
     retained: Figure
     remaining: Figure = Field(description="Still usable now; 0 once used up or expired.")
+    name: str | None = Field(description="The grant's name, if it was given one.")
+    metadata: dict[str, str] | None = Field(description="The grant's metadata, if any.")
 
 
 class _EntryBase(BaseModel):
@@ -238,6 +309,8 @@ class GrantEntry(_EntryBase):
     expiry: Figure
     settled_debt: Figure
     retained: Figure
+    name: str | None = Field(description="The grant's name, if it was given one.")
+    metadata: dict[str, str] | None = Field(description="The grant's metadata, if any.")
 
 
 class ConsumptionEntry(_EntryBase):

@@ -14,6 +14,8 @@ class GrantOp:
     amount: int
     timestamp: int
     expiry: int
+    name: str | None = None
+    metadata: dict[str, str] | None = None
 
 
 @dataclass(slots=True)

@@ -10,8 +10,9 @@ and batches share them, so a rule lives here once.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from app.domain import ConsumeResult, Expiration, GPUCreditTracker, LiveGrant
 from app.service.errors import GrantNotFound
@@ -20,6 +21,7 @@ from app.service.results import (
     ConsumptionReceipt,
     GrantReceipt,
     GrantView,
+    LiveGrantView,
 )
 from app.storage.base import (
     AccountRow,
@@ -47,6 +49,18 @@ class AccountState:
         return self.next_sequence > 1
 
 
+@dataclass(frozen=True, slots=True)
+class Label:
+    """A grant's name and metadata (SPEC section 7), kept with its grant entry and shown
+    wherever the grant is; the API layer enforces their limits."""
+
+    name: str | None = None
+    metadata: dict[str, str] | None = None
+
+
+NO_LABEL: Final = Label()
+
+
 @dataclass(slots=True)
 class AsOfRead:
     """A balance read at a time before the account's clock: the stored history answers."""
@@ -56,7 +70,12 @@ class AsOfRead:
 
 
 def grant(
-    account: AccountState, amount: int, timestamp: int, expiry: int, live_room: int | None
+    account: AccountState,
+    amount: int,
+    timestamp: int,
+    expiry: int,
+    live_room: int | None,
+    label: Label = NO_LABEL,
 ) -> tuple[Change, GrantReceipt]:
     """Raises ``LedgerError`` (``NoLiveRoom`` past ``live_room``) and changes nothing then."""
     tracker = account.tracker
@@ -75,6 +94,8 @@ def grant(
             expiry=expiry,
             settled_debt=result.settled_debt,
             retained=result.retained,
+            name=label.name,
+            metadata=label.metadata,
         )
     )
     change = _change(account, entries)
@@ -93,6 +114,8 @@ def grant(
         debt=result.debt,
         settled_debt=result.settled_debt,
         retained=result.retained,
+        name=label.name,
+        metadata=label.metadata,
     )
     return change, receipt
 
@@ -196,7 +219,18 @@ def grant_view_of(account_id: str, grant_id: int, entry: Entry | None, remaining
         settled_debt=entry.settled_debt,
         retained=entry.retained,
         remaining=remaining,
+        name=entry.name,
+        metadata=entry.metadata,
     )
+
+
+def labelled(live: list[LiveGrantView], entries: Mapping[int, GrantEntry]) -> None:
+    """Give the live grants the labels their grant entries carry."""
+    for view in live:
+        entry = entries.get(view.grant_id)
+        if entry is not None:
+            view.name = entry.name
+            view.metadata = entry.metadata
 
 
 def _next_sequence(account: AccountState) -> int:

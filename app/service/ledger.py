@@ -25,7 +25,7 @@ from app.service.commands import (
 )
 from app.service.errors import AccountNotFound, ServiceError, ServiceUnavailable
 from app.service.idempotency import BATCH_SCOPE, Encoder, Idempotency
-from app.service.journal import AccountState, AsOfRead, Totals
+from app.service.journal import NO_LABEL, AccountState, AsOfRead, Label, Totals
 from app.service.limits import Limits
 from app.service.results import (
     Answer,
@@ -38,7 +38,7 @@ from app.service.results import (
     Result,
 )
 from app.service.unit_of_work import LedgerPort, UnitOfWork
-from app.storage.base import Change, Entry, IdempotencyRecord
+from app.storage.base import MAX_GRANT_IDS_PER_READ, Change, Entry, IdempotencyRecord
 
 _R = TypeVar("_R", GrantReceipt, ConsumptionReceipt)
 
@@ -108,9 +108,10 @@ class Ledger:
         timestamp: int,
         expiry: int,
         idempotency: Idempotency | None = None,
+        label: Label = NO_LABEL,
     ) -> GrantReceipt | Replay:
         def apply(uow: UnitOfWork, account: AccountState) -> tuple[Change, GrantReceipt]:
-            return self._grant(uow, account, amount, timestamp, expiry)
+            return self._grant(uow, account, amount, timestamp, expiry, label)
 
         return await self._write(account_id, idempotency, apply)
 
@@ -213,7 +214,10 @@ class Ledger:
                     saved[account_id] = (account.tracker.copy(), account.next_sequence)
                 receipt: GrantReceipt | ConsumptionReceipt
                 if isinstance(op, GrantOp):
-                    change, receipt = self._grant(uow, account, op.amount, op.timestamp, op.expiry)
+                    label = Label(op.name, op.metadata)
+                    change, receipt = self._grant(
+                        uow, account, op.amount, op.timestamp, op.expiry, label
+                    )
                 elif isinstance(op, ConsumeOp):
                     change, receipt = self._consume(uow, account, op.amount, op.timestamp)
                 else:
@@ -245,13 +249,18 @@ class Ledger:
 
     @staticmethod
     def _grant(
-        uow: UnitOfWork, account: AccountState, amount: int, timestamp: int, expiry: int
+        uow: UnitOfWork,
+        account: AccountState,
+        amount: int,
+        timestamp: int,
+        expiry: int,
+        label: Label,
     ) -> tuple[Change, GrantReceipt]:
         account_id = account.account_id
         live_before = account.tracker.live_grant_count
         try:
             change, receipt = journal.grant(
-                account, amount, timestamp, expiry, uow.live_room(account_id)
+                account, amount, timestamp, expiry, uow.live_room(account_id), label
             )
         except NoLiveRoom:
             raise uow.live_quota_error(account_id) from None
@@ -297,7 +306,14 @@ class Ledger:
     async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrantView]]:
         """Live grants at the account's clock, in the order they will be used."""
         self._check_serving()
-        return await self._port.live_grants(account_id)
+        view, live = await self._port.live_grants(account_id)
+        # Labels live with the grant entries, not in memory (a grant's metadata may be 11 KB):
+        # read them for the grants listed, a bounded number of ids per read.
+        ids = [g.grant_id for g in live]
+        for start in range(0, len(ids), MAX_GRANT_IDS_PER_READ):
+            chunk = ids[start : start + MAX_GRANT_IDS_PER_READ]
+            journal.labelled(live, await self._port.grant_entries(account_id, chunk))
+        return view, live
 
     async def grant_view(self, account_id: str, grant_id: int) -> GrantView:
         self._check_serving()

@@ -27,6 +27,8 @@ class GrantReceipt:
     debt: int
     settled_debt: int
     retained: int
+    name: str | None = None
+    metadata: dict[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -59,6 +61,8 @@ class LiveGrantView:
     grant_id: int
     expiry: int
     remaining: int
+    name: str | None = None
+    metadata: dict[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -72,6 +76,8 @@ class GrantView:
     settled_debt: int
     retained: int
     remaining: int  # 0 once consumed, expired, or swallowed by debt
+    name: str | None = None
+    metadata: dict[str, str] | None = None
 
 
 Result = GrantReceipt | ConsumptionReceipt | BalanceView

@@ -19,7 +19,7 @@ from app.service.errors import QuotaExceeded
 from app.service.idempotency import Idempotency
 from app.service.journal import AccountState, Totals
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
-from app.storage.base import Change, Entry, IdempotencyRecord
+from app.storage.base import Change, Entry, GrantEntry, IdempotencyRecord
 
 
 class UnitOfWork(Protocol):
@@ -113,3 +113,9 @@ class LedgerPort(Protocol):
     async def grant_view(self, account_id: str, grant_id: int) -> GrantView: ...
 
     async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]: ...
+
+    async def grant_entries(
+        self, account_id: str, grant_ids: Sequence[int]
+    ) -> Mapping[int, GrantEntry]:
+        """The committed grant entries of these grants (at most ``MAX_GRANT_IDS_PER_READ``)."""
+        ...

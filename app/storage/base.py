@@ -32,9 +32,12 @@ from dataclasses import dataclass, field
 # Records here and in app.service are plain (not frozen) slotted dataclasses: they are made
 # several times per operation on the hot path, and a frozen dataclass's __init__ costs about
 # twice as much. Nothing mutates them after construction.
-from typing import ClassVar, Literal, Protocol, runtime_checkable
+from typing import ClassVar, Final, Literal, Protocol, runtime_checkable
 
 from app.domain import Allocation, LiveGrant, TrackerState
+
+# Grant ids one read_grant_entries call takes: one SQL statement's parameters stay bounded.
+MAX_GRANT_IDS_PER_READ: Final = 500
 
 # Ledger entries: one typed record per kind, from the service to the API (no untyped
 # details cross a layer; ``app.storage.rows`` alone turns the kind-specific members into the
@@ -52,6 +55,9 @@ class GrantEntry:
     expiry: int
     settled_debt: int
     retained: int
+    # The caller's label for the grant (SPEC section 7), as given; None when not given.
+    name: str | None = None
+    metadata: dict[str, str] | None = None
     kind: ClassVar[Literal["grant"]] = "grant"
 
 
@@ -213,6 +219,13 @@ class StorageBackend(Protocol):
 
     async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         """Up to ``limit`` committed entries of the account with sequence > ``after_sequence``."""
+        ...
+
+    async def read_grant_entries(
+        self, account_id: str, grant_ids: Sequence[int]
+    ) -> dict[int, GrantEntry]:
+        """The grant entries of these grants that exist, by grant id (at most
+        ``MAX_GRANT_IDS_PER_READ`` ids: the caller splits a longer list)."""
         ...
 
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:

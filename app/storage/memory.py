@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from app.domain import LiveGrant, TrackerState
 from app.storage import rows
 from app.storage.base import (
+    MAX_GRANT_IDS_PER_READ,
     AccountRow,
     Change,
     Entry,
@@ -42,7 +43,7 @@ class MemoryStore:
 
     def _forget(self) -> None:
         self._entries: dict[str, list[Entry]] = {}
-        self._grant_entries: dict[tuple[str, int], Entry] = {}
+        self._grant_entries: dict[tuple[str, int], GrantEntry] = {}
         self._accounts: dict[str, AccountRow] = {}
         self._live_grants: dict[str, dict[int, LiveGrant]] = {}
         # Dropped by the ledger's hourly prune: at most the keys of the retention period
@@ -128,6 +129,13 @@ class MemoryStore:
     async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         # sequence is 1-based and contiguous, so entry sequence s sits at index s - 1.
         return self._entries.get(account_id, [])[after_sequence : after_sequence + limit]
+
+    async def read_grant_entries(
+        self, account_id: str, grant_ids: Sequence[int]
+    ) -> dict[int, GrantEntry]:
+        assert len(grant_ids) <= MAX_GRANT_IDS_PER_READ
+        found = (self._grant_entries.get((account_id, g)) for g in grant_ids)
+        return {e.grant_id: e for e in found if e is not None}
 
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         return self._grant_entries.get((account_id, grant_id))

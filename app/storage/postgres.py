@@ -33,16 +33,18 @@ from asyncpg.pool import PoolConnectionProxy
 
 from app.domain import LiveGrant, TrackerState
 from app.storage import migrations, rows
-from app.storage.base import AccountState as AccountState  # where app.adapters.postgres finds it
 from app.storage.base import (
+    MAX_GRANT_IDS_PER_READ,
     Change,
     Entry,
+    GrantEntry,
     IdempotencyRecord,
     LoadedAccount,
     LoadedState,
     MigrationStatus,
     StorageError,
 )
+from app.storage.base import AccountState as AccountState  # where app.adapters.postgres finds it
 from app.storage.migrations import Migration
 from app.storage.rows import ENTRY_COLUMNS, IDEMPOTENCY_COLUMNS, LIVE_GRANT_COLUMNS, columns
 
@@ -504,6 +506,22 @@ class PostgresStore:
                 limit,
             )
         return [_entry(r) for r in rows]
+
+    async def read_grant_entries(
+        self, account_id: str, grant_ids: Sequence[int]
+    ) -> dict[int, GrantEntry]:
+        assert len(grant_ids) <= MAX_GRANT_IDS_PER_READ
+        if not grant_ids:
+            return {}
+        async with self._connection() as conn:
+            rows = await conn.fetch(
+                f"SELECT {_ENTRY_COLUMNS} FROM entries "
+                "WHERE account_id = $1 AND kind = 'grant' AND grant_id = ANY($2::bigint[])",
+                account_id,
+                list(grant_ids),
+            )
+        found = [_entry(r) for r in rows]
+        return {e.grant_id: e for e in found if isinstance(e, GrantEntry)}
 
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         async with self._connection() as conn:

@@ -234,13 +234,20 @@ def _check_live_grants(change: Change, removed: set[tuple[str, int]]) -> set[int
 def _details(e: Entry) -> dict[str, Any]:
     """The kind-specific members of an entry, as the ``details`` column keeps them."""
     if isinstance(e, GrantEntry):
-        return {
+        details: dict[str, Any] = {
             "grant_id": e.grant_id,
             "amount": e.amount,
             "expiry": e.expiry,
             "settled_debt": e.settled_debt,
             "retained": e.retained,
         }
+        # Only when given: an unlabelled grant's row is byte for byte what earlier releases
+        # wrote, and their rows read back as unlabelled.
+        if e.name is not None:
+            details["name"] = e.name
+        if e.metadata is not None:
+            details["metadata"] = e.metadata
+        return details
     if isinstance(e, ConsumptionEntry):
         return {
             "amount": e.amount,
@@ -270,6 +277,8 @@ def entry_of(
             d["expiry"],
             d["settled_debt"],
             d["retained"],
+            d.get("name"),
+            d.get("metadata"),
         )
     if kind == "consumption":
         allocation = tuple(

@@ -52,8 +52,10 @@ from typing import Any, Final
 from app.domain import LiveGrant, TrackerState
 from app.storage import migrations, rows
 from app.storage.base import (
+    MAX_GRANT_IDS_PER_READ,
     Change,
     Entry,
+    GrantEntry,
     IdempotencyRecord,
     LoadedAccount,
     LoadedState,
@@ -580,6 +582,29 @@ class SqliteStore:
             (account_id, after_sequence, limit),
         ).fetchall()
         return [_entry_from_row(r) for r in found]
+
+    async def read_grant_entries(
+        self, account_id: str, grant_ids: Sequence[int]
+    ) -> dict[int, GrantEntry]:
+        assert len(grant_ids) <= MAX_GRANT_IDS_PER_READ
+        if not grant_ids:
+            return {}
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._reader, self._read_grant_entries, account_id, list(grant_ids)
+        )
+
+    def _read_grant_entries(self, account_id: str, grant_ids: list[int]) -> dict[int, GrantEntry]:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        marks = ", ".join("?" * len(grant_ids))
+        rows = conn.execute(
+            f"SELECT {_ENTRY_FIELDS} FROM entries "
+            f"WHERE account_id = ? AND kind = 'grant' AND grant_id IN ({marks})",
+            (account_id, *grant_ids),
+        ).fetchall()
+        found = [_entry_from_row(r) for r in rows]
+        return {e.grant_id: e for e in found if isinstance(e, GrantEntry)}
 
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         loop = asyncio.get_running_loop()

@@ -64,7 +64,7 @@ class Step:
 
 def _grant(amount: int, timestamp: int, expiry: int, **answer: Any) -> Step:
     args = {"amount": amount, "timestamp": timestamp, "expiry": expiry}
-    return Step("grant", args, None, {**args, **answer})
+    return Step("grant", args, None, {**args, **answer, "name": None, "metadata": None})
 
 
 def _consume(amount: int, timestamp: int, returns: int, **answer: Any) -> Step:
@@ -118,7 +118,9 @@ EXAMPLE_1 = Example(
                settled_debt=10, retained=20),
         _balance(12, 20, available=20, debt=0),
     ),
-    live_grants=[{"grant_id": 3, "expiry": 20, "remaining": 20}],
+    live_grants=[
+        {"grant_id": 3, "expiry": 20, "remaining": 20, "name": None, "metadata": None}
+    ],
 )  # fmt: skip
 
 EXAMPLE_2 = Example(
