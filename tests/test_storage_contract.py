@@ -34,6 +34,7 @@ from app.storage.base import (
     ConsumptionEntry,
     EmbeddedJournal,
     Entry,
+    GrantEntry,
     IdempotencyRecord,
     LoadedAccount,
     LoadedState,
@@ -159,6 +160,19 @@ class StorageContract(Generic[S]):
         assert await store.read_grant_entry("team-b:1", 1) == data.ENTRIES["team-b:1"][0]
         assert await store.read_grant_entry("acme", 4) is None
         assert await store.read_grant_entry("bat", 2) is None
+
+    async def test_grant_entries_are_read_many_at_once_with_their_labels(self, store: S) -> None:
+        await self.write_all(store)
+        labelled = GrantEntry(3, 4, 13, 0, 2, 10, 50, 0, 10, "pool ✓", {"k": "v\nw", "e": ""})
+        change = Change(AccountRow("bat", 4, 0, 3, 4), [LiveGrant(2, 50, 10)], [], [labelled])
+        await self.write(store, [change])
+        assert await store.read_grant_entries("bat", [2, 1, 7]) == {
+            1: data.ENTRIES["bat"][0],
+            2: labelled,
+        }
+        assert await store.read_grant_entries("bat", []) == {}
+        assert await store.read_grant_entries("nobody", [1]) == {}
+        assert await store.read_entries("bat", 2, 5) == [labelled]
 
     async def test_idempotency_keys_are_per_scope(self, store: S) -> None:
         await self.write_all(store)
