@@ -49,6 +49,7 @@ from app.storage.base import (
     GrantEntry,
     IdempotencyRecord,
     StorageError,
+    VoidEntry,
 )
 
 # About ten full commit groups (app.storage.sqlite.MAX_CHANGES_PER_COMMIT): far more than a
@@ -441,6 +442,15 @@ class _EmbeddedUnitOfWork:
         # Entries submitted but not yet on disk are not in the store's answer: wait for them.
         await self._port._await_durable(self._slots[account_id].durable)
         return await self._port._store.read_totals_at(account_id, timestamp)
+
+    async def grant_record(
+        self, account_id: str, grant_id: int
+    ) -> tuple[GrantEntry | None, VoidEntry | None]:
+        await self._port._await_durable(self._slots[account_id].durable)
+        store = self._port._store
+        grant = await store.read_grant_entry(account_id, grant_id)
+        assert grant is None or isinstance(grant, GrantEntry)
+        return grant, await store.read_void_entry(account_id, grant_id)
 
     async def commit(self, changes: Sequence[Change], key: IdempotencyRecord | None) -> None:
         assert self.committed is None, "one commit per unit of work"

@@ -37,7 +37,7 @@ from app.service.idempotency import Idempotency
 from app.service.journal import AccountState, Totals, grant_view_of
 from app.service.limits import Limits
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
-from app.storage.base import Change, Entry, GrantEntry, IdempotencyRecord
+from app.storage.base import Change, Entry, GrantEntry, IdempotencyRecord, VoidEntry
 from app.storage.postgres import AccountState as RowState
 from app.storage.postgres import CommitOutcomeUnknown, PgTransaction, PostgresStore
 
@@ -350,6 +350,11 @@ class _PgUnitOfWork:
 
     async def history(self, account_id: str, timestamp: int) -> Totals:
         return await self._tx.read_totals_at(account_id, timestamp)
+
+    async def grant_record(
+        self, account_id: str, grant_id: int
+    ) -> tuple[GrantEntry | None, VoidEntry | None]:
+        return await self._tx.read_grant_record(account_id, grant_id)
 
     async def commit(self, changes: Sequence[Change], key: IdempotencyRecord | None) -> None:
         assert not self._settled, "one commit per unit of work"

@@ -23,6 +23,22 @@ GRANT_EXAMPLES: dict[str, Any] = {
         "summary": "SPEC Example 2: a grant that expires at t=5",
         "value": {"amount": 50, "timestamp": 0, "expiry": 5},
     },
+    "labelled": {
+        "summary": "A grant with a name and metadata (shown wherever the grant is)",
+        "value": {
+            "amount": 1000,
+            "timestamp": 0,
+            "expiry": 2_592_000,
+            "name": "Q3 research allocation",
+            "metadata": {"invoice": "INV-2026-0042", "team": "research"},
+        },
+    },
+}
+VOID_EXAMPLES: dict[str, Any] = {
+    "void": {
+        "summary": "Void a grant issued by mistake: what is left of it is removed at t=5",
+        "value": {"timestamp": 5},
+    },
 }
 CONSUME_EXAMPLES: dict[str, Any] = {
     "example1-draws-from-two-grants": {

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response
 
 from app.api import render
 from app.api.auth import authorize
-from app.api.docs import BATCH_EXAMPLES, CONSUME_EXAMPLES, GRANT_EXAMPLES
+from app.api.docs import BATCH_EXAMPLES, CONSUME_EXAMPLES, GRANT_EXAMPLES, VOID_EXAMPLES
 from app.api.idempotent import REPLAYED_HEADER, WITH_IDEMPOTENCY_KEY, idempotency_of, replayed
 from app.api.problems import ProblemType, describe, documented, problem_response
 from app.api.routing import ANY_SCOPE, LedgerRoute, public, requires
@@ -34,10 +34,13 @@ from app.api.schemas import (
     LedgerPage,
     LiveGrantsResponse,
     QueryInt,
+    VoidOperation,
+    VoidRequest,
+    VoidResponse,
 )
 from app.domain import MAX_VALUE
 from app.keys import Scope
-from app.service.commands import BalanceOp, ConsumeOp, GrantOp, Operation
+from app.service.commands import BalanceOp, ConsumeOp, GrantOp, Operation, VoidOp
 from app.service.errors import ServiceUnavailable
 from app.service.idempotency import batch_scope
 from app.service.journal import Label
@@ -193,6 +196,38 @@ async def get_grant(
     return await _ledger(request).grant_view(account_id, grant_id)
 
 
+@router.post(
+    "/v1/accounts/{account_id}/grants/{grant_id}/void",
+    operation_id="voidGrant",
+    openapi_extra=WITH_IDEMPOTENCY_KEY,
+    summary="Void a grant",
+    status_code=200,
+    response_model=VoidResponse,
+    responses={
+        200: {"headers": REPLAYED_HEADER},
+        **documented(400, 401, 403, 404, 409, 413, 415, 422, 503),
+    },
+    tags=["credits"],
+)
+@requires(Scope.GRANT)
+async def void_grant(
+    account_id: AccountId,
+    grant_id: Annotated[int, Path(ge=1, le=MAX_VALUE), QueryInt],
+    body: Annotated[VoidRequest, Body(openapi_examples=VOID_EXAMPLES)],
+    request: Request,
+) -> Any:
+    """Remove what is left of a grant issued by mistake, at `timestamp` (a `void` ledger
+    entry records the amount removed). Credits it already paid and debt it already settled
+    stay as they were. Unknown account or grant: 404; already voided: 409 (`grant-already-
+    voided`); `timestamp` before the grant's own: 422. A write like any other: it moves the
+    account's clock, takes an `Idempotency-Key`, and is a batch operation (`void`)."""
+    idem = idempotency_of(request, f"void/{grant_id}", account_id, body)
+    result = await _ledger(request).void(account_id, grant_id, body.timestamp, idem)
+    if isinstance(result, Replay):
+        return replayed(result)
+    return _json(render.void(result), render.VOID_STATUS)
+
+
 @router.get(
     "/v1/accounts/{account_id}/ledger",
     operation_id="listLedgerEntries",
@@ -244,11 +279,20 @@ async def healthz(request: Request) -> Any:
 
 # -- batches ------------------------------------------------------------------------------
 
-_SCOPE_OF = {"grant": Scope.GRANT, "consume": Scope.CONSUME, "balance": Scope.READ}
+_SCOPE_OF = {
+    "grant": Scope.GRANT,
+    "consume": Scope.CONSUME,
+    "void": Scope.GRANT,
+    "balance": Scope.READ,
+}
 BATCH_ABORTED = ProblemType("batch-aborted", "Atomic batch not applied", 0)
 
 
-def _to_operation(op: GrantOperation | ConsumeOperation | BalanceOperation) -> Operation:
+def _to_operation(
+    op: GrantOperation | ConsumeOperation | VoidOperation | BalanceOperation,
+) -> Operation:
+    if isinstance(op, VoidOperation):
+        return VoidOp(op.account_id, op.grant_id, op.timestamp)
     if isinstance(op, GrantOperation):
         return GrantOp(op.account_id, op.amount, op.timestamp, op.expiry, op.name, op.metadata)
     if isinstance(op, ConsumeOperation):

@@ -168,6 +168,15 @@ class ConsumeRequest(_Request):
     timestamp: Timestamp
 
 
+class VoidRequest(_Request):
+    timestamp: Timestamp = Field(
+        description=(
+            "When the void takes effect: not before the grant's own timestamp (422), and a "
+            "write like any other for the account's clock."
+        )
+    )
+
+
 # -- batches ------------------------------------------------------------------------------
 
 BATCH_MAX_OPERATIONS = MAX_BATCH_OPERATIONS  # defined by the service
@@ -196,6 +205,13 @@ class ConsumeOperation(_Request):
     timestamp: Timestamp
 
 
+class VoidOperation(_Request):
+    op: Literal["void"]
+    account_id: BatchAccountId
+    grant_id: int = Field(ge=1, le=MAX_VALUE, strict=True)
+    timestamp: Timestamp
+
+
 class BalanceOperation(_Request):
     op: Literal["balance"]
     account_id: BatchAccountId
@@ -205,7 +221,8 @@ class BalanceOperation(_Request):
 
 
 BatchOperation = Annotated[
-    GrantOperation | ConsumeOperation | BalanceOperation, Field(discriminator="op")
+    GrantOperation | ConsumeOperation | VoidOperation | BalanceOperation,
+    Field(discriminator="op"),
 ]
 
 
@@ -265,6 +282,14 @@ class ConsumeResponse(BalanceResponse):
     debt_added: Figure = Field(description="How much became new debt.")
     allocation: list[AllocationItem] = Field(
         description="Grants drawn from, in the order they were drawn (earliest expiry first)."
+    )
+
+
+class VoidResponse(BalanceResponse):
+    grant_id: int = Field(ge=1)
+    sequence: int = Field(ge=1, description="Position of this void in the ledger.")
+    amount: Figure = Field(
+        description="The grant's live remainder removed (0 if it was used up or expired)."
     )
 
 
@@ -328,8 +353,16 @@ class ExpirationEntry(_EntryBase):
     amount: Figure = Field(description="Credits that expired unused.")
 
 
+class VoidEntry(_EntryBase):
+    kind: Literal["void"]
+    grant_id: int = Field(ge=1)
+    amount: Figure = Field(
+        description="The grant's live remainder removed (0 if it was used up or expired)."
+    )
+
+
 LedgerEntry = Annotated[
-    GrantEntry | ConsumptionEntry | ExpirationEntry, Field(discriminator="kind")
+    GrantEntry | ConsumptionEntry | ExpirationEntry | VoidEntry, Field(discriminator="kind")
 ]
 
 
@@ -342,9 +375,9 @@ class LedgerPage(BaseModel):
 
 
 class BatchResult(BaseModel):
-    op: Literal["grant", "consume", "balance"]
+    op: Literal["grant", "consume", "void", "balance"]
     status: int = Field(description="The status the single endpoint would have answered.")
-    body: GrantResponse | ConsumeResponse | BalanceResponse | Problem = Field(
+    body: GrantResponse | ConsumeResponse | VoidResponse | BalanceResponse | Problem = Field(
         description="The body the single endpoint would have answered."
     )
 
@@ -382,6 +415,9 @@ class Problem(BaseModel):
         None, description="For a timestamp regression: the account's latest timestamp."
     )
     limit: int | None = Field(None, description="For a limit reached: the limit.")
+    voided_at: int | None = Field(
+        None, description="For a grant already voided: when it was voided."
+    )
     quota: str | None = Field(
         None,
         description=(

@@ -26,9 +26,16 @@ class ConsumeOp:
 
 
 @dataclass(slots=True)
+class VoidOp:
+    account_id: str
+    grant_id: int
+    timestamp: int
+
+
+@dataclass(slots=True)
 class BalanceOp:
     account_id: str
     timestamp: int | None
 
 
-Operation = GrantOp | ConsumeOp | BalanceOp
+Operation = GrantOp | ConsumeOp | VoidOp | BalanceOp

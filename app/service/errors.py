@@ -21,6 +21,14 @@ class GrantNotFound(ServiceError):
         super().__init__(f"account {account_id!r} has no grant {grant_id}")
 
 
+class GrantAlreadyVoided(ServiceError):
+    def __init__(self, account_id: str, grant_id: int, voided_at: int) -> None:
+        super().__init__(
+            f"grant {grant_id} of account {account_id!r} was already voided at {voided_at}"
+        )
+        self.voided_at = voided_at
+
+
 class IdempotencyKeyReused(ServiceError):
     def __init__(self, key: str) -> None:
         super().__init__(

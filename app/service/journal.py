@@ -14,14 +14,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from app.domain import ConsumeResult, Expiration, GPUCreditTracker, LiveGrant
-from app.service.errors import GrantNotFound
+from app.domain import ConsumeResult, Expiration, GPUCreditTracker, InvalidInput, LiveGrant
+from app.service.errors import GrantAlreadyVoided, GrantNotFound
 from app.service.results import (
     BalanceView,
     ConsumptionReceipt,
     GrantReceipt,
     GrantView,
     LiveGrantView,
+    VoidReceipt,
 )
 from app.storage.base import (
     AccountRow,
@@ -30,6 +31,7 @@ from app.storage.base import (
     Entry,
     ExpirationEntry,
     GrantEntry,
+    VoidEntry,
 )
 
 Totals = tuple[int, int]  # (available, debt) at some time
@@ -116,6 +118,50 @@ def grant(
         retained=result.retained,
         name=label.name,
         metadata=label.metadata,
+    )
+    return change, receipt
+
+
+def void(
+    account: AccountState,
+    grant_id: int,
+    timestamp: int,
+    grant: GrantEntry | None,
+    voided: VoidEntry | None,
+) -> tuple[Change, VoidReceipt]:
+    """Void a grant (SPEC section 7): ``grant`` and ``voided`` are its grant entry and the
+    entry that voided it, if any (read from storage or from the batch so far). Raises
+    ``GrantNotFound``, ``GrantAlreadyVoided`` or ``LedgerError`` and changes nothing then."""
+    account_id = account.account_id
+    if grant is None:
+        raise GrantNotFound(account_id, grant_id)
+    if voided is not None:
+        raise GrantAlreadyVoided(account_id, grant_id, voided.timestamp)
+    if timestamp < grant.timestamp:
+        raise InvalidInput(
+            "timestamp", f"{timestamp} is before grant {grant_id}'s timestamp {grant.timestamp}"
+        )
+    tracker = account.tracker
+    before = (tracker.available, tracker.debt)
+    result = tracker.apply_void(grant_id, timestamp)
+    entries = _expiration_entries(account, result.expired, *before)
+    sequence = _next_sequence(account)
+    entries.append(
+        VoidEntry(sequence, timestamp, result.available, result.debt, grant_id, result.removed)
+    )
+    change = _change(account, entries)
+    change.removed_grant_ids.extend(e.grant_id for e in result.expired)
+    if result.removed:
+        change.removed_grant_ids.append(grant_id)
+    receipt = VoidReceipt(
+        account_id=account_id,
+        grant_id=grant_id,
+        sequence=sequence,
+        timestamp=timestamp,
+        amount=result.removed,
+        balance=result.available - result.debt,
+        available=result.available,
+        debt=result.debt,
     )
     return change, receipt
 

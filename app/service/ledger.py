@@ -22,6 +22,7 @@ from app.service.commands import (
     ConsumeOp,
     GrantOp,
     Operation,
+    VoidOp,
 )
 from app.service.errors import AccountNotFound, ServiceError, ServiceUnavailable
 from app.service.idempotency import BATCH_SCOPE, Encoder, Idempotency
@@ -36,9 +37,17 @@ from app.service.results import (
     GrantView,
     LiveGrantView,
     Result,
+    VoidReceipt,
 )
 from app.service.unit_of_work import LedgerPort, UnitOfWork
-from app.storage.base import MAX_GRANT_IDS_PER_READ, Change, Entry, IdempotencyRecord
+from app.storage.base import (
+    MAX_GRANT_IDS_PER_READ,
+    Change,
+    Entry,
+    GrantEntry,
+    IdempotencyRecord,
+    VoidEntry,
+)
 
 _R = TypeVar("_R", GrantReceipt, ConsumptionReceipt)
 
@@ -139,13 +148,37 @@ class Ledger:
         self._check_serving()
         async with self._port.unit_of_work([account_id]) as uow:
             key: IdempotencyRecord | None = None
-            if idempotency is not None:
-                stored = await uow.stored_answer(account_id, idempotency)
-                if stored is not None:
-                    return Replay(stored.status_code, stored.body)
-                uow.make_room_for_key(account_id)
+            replay = await _replay(uow, account_id, idempotency)
+            if replay is not None:
+                return replay
             account = uow.account(account_id) or uow.create(account_id)
             change, receipt = apply(uow, account)
+            if idempotency is not None:
+                key = self._key_record(account_id, idempotency, self._encode(receipt))
+            await uow.commit([change], key)
+        return receipt
+
+    async def void(
+        self,
+        account_id: str,
+        grant_id: int,
+        timestamp: int,
+        idempotency: Idempotency | None = None,
+    ) -> VoidReceipt | Replay:
+        """Void a grant (SPEC section 7): its live remainder is removed at ``timestamp``; what
+        it already paid or settled stays. A write like any other (clock, idempotency). An
+        unknown account or grant is 404; it creates nothing."""
+        self._check_serving()
+        async with self._port.unit_of_work([account_id]) as uow:
+            replay = await _replay(uow, account_id, idempotency)
+            if replay is not None:
+                return replay
+            account = uow.account(account_id)
+            if account is None:
+                raise AccountNotFound(account_id)
+            grant, voided = await _grant_record(uow, account, grant_id)
+            change, receipt = self._void(uow, account, grant_id, timestamp, grant, voided)
+            key = None
             if idempotency is not None:
                 key = self._key_record(account_id, idempotency, self._encode(receipt))
             await uow.commit([change], key)
@@ -167,14 +200,13 @@ class Ledger:
         account_ids = sorted({op.account_id for op in operations})
         async with self._port.unit_of_work(account_ids) as uow:
             scope = idempotency.scope if idempotency is not None else BATCH_SCOPE
-            if idempotency is not None:
-                stored = await uow.stored_answer(scope, idempotency)
-                if stored is not None:
-                    return Replay(stored.status_code, stored.body)
-                uow.make_room_for_key(scope)
+            replay = await _replay(uow, scope, idempotency)
+            if replay is not None:
+                return replay
             held = {a: s for a in account_ids if (s := uow.account(a)) is not None}
             baselines = await _balance_baselines(operations, held, uow.history)
-            outcome, changes = self._apply_batch(uow, operations, atomic, held, baselines)
+            records = await _grant_records(operations, held, uow)
+            outcome, changes = self._apply_batch(uow, operations, atomic, held, baselines, records)
             key = None
             if idempotency is not None and changes:
                 # Kept with what the batch changed. A batch that changed nothing (only reads,
@@ -191,6 +223,7 @@ class Ledger:
         atomic: bool,
         accounts: dict[str, AccountState],
         baselines: dict[tuple[str, int], Totals],
+        records: dict[tuple[str, int], GrantRecord],
     ) -> tuple[BatchOutcome, list[Change]]:
         """Apply in order, without awaiting anything. ``accounts`` holds the existing
         accounts and gains those the batch creates, in operation order, exactly as single
@@ -212,8 +245,15 @@ class Ledger:
                     account = accounts[account_id] = uow.create(account_id)
                 if atomic and account_id not in saved:
                     saved[account_id] = (account.tracker.copy(), account.next_sequence)
-                receipt: GrantReceipt | ConsumptionReceipt
-                if isinstance(op, GrantOp):
+                receipt: GrantReceipt | ConsumptionReceipt | VoidReceipt
+                if isinstance(op, VoidOp):
+                    if not account.exists:
+                        raise AccountNotFound(account_id)
+                    grant, voided = _record_in_batch(op, batch_entries.get(account_id, ()), records)
+                    change, receipt = self._void(
+                        uow, account, op.grant_id, op.timestamp, grant, voided
+                    )
+                elif isinstance(op, GrantOp):
                     label = Label(op.name, op.metadata)
                     change, receipt = self._grant(
                         uow, account, op.amount, op.timestamp, op.expiry, label
@@ -265,6 +305,21 @@ class Ledger:
         except NoLiveRoom:
             raise uow.live_quota_error(account_id) from None
         uow.count_live(account_id, account.tracker.live_grant_count - live_before)
+        return change, receipt
+
+    @staticmethod
+    def _void(
+        uow: UnitOfWork,
+        account: AccountState,
+        grant_id: int,
+        timestamp: int,
+        grant: GrantEntry | None,
+        voided: VoidEntry | None,
+    ) -> tuple[Change, VoidReceipt]:
+        live_before = account.tracker.live_grant_count
+        change, receipt = journal.void(account, grant_id, timestamp, grant, voided)
+        if account.tracker.live_grant_count != live_before:
+            uow.count_live(account.account_id, account.tracker.live_grant_count - live_before)
         return change, receipt
 
     @staticmethod
@@ -351,3 +406,52 @@ async def _balance_baselines(
         else:
             baselines[where] = (tracker.available_at(op.timestamp), tracker.debt)
     return baselines
+
+
+GrantRecord = tuple[GrantEntry | None, VoidEntry | None]  # a grant's entry, and its void's
+
+
+async def _replay(uow: UnitOfWork, scope: str, idempotency: Idempotency | None) -> Replay | None:
+    """The stored answer to a retry; None the first time, once the key is sure to fit."""
+    if idempotency is None:
+        return None
+    stored = await uow.stored_answer(scope, idempotency)
+    if stored is not None:
+        return Replay(stored.status_code, stored.body)
+    uow.make_room_for_key(scope)
+    return None
+
+
+async def _grant_record(uow: UnitOfWork, account: AccountState, grant_id: int) -> GrantRecord:
+    if not 1 <= grant_id < account.tracker.next_grant_id:
+        return None, None  # never granted: nothing to read
+    return await uow.grant_record(account.account_id, grant_id)
+
+
+async def _grant_records(
+    operations: Sequence[Operation], accounts: Mapping[str, AccountState], uow: UnitOfWork
+) -> dict[tuple[str, int], GrantRecord]:
+    """Before a batch changes anything: the stored records of the grants its voids name (as
+    ``_balance_baselines``, so every I/O is done before the first change)."""
+    records: dict[tuple[str, int], GrantRecord] = {}
+    for op in operations:
+        if not isinstance(op, VoidOp) or (op.account_id, op.grant_id) in records:
+            continue
+        account = accounts.get(op.account_id)
+        if account is not None:
+            records[(op.account_id, op.grant_id)] = await _grant_record(uow, account, op.grant_id)
+    return records
+
+
+def _record_in_batch(
+    op: VoidOp, made: Sequence[Entry], records: Mapping[tuple[str, int], GrantRecord]
+) -> GrantRecord:
+    """A void's grant record as the batch so far left it: entries the batch made for the
+    grant (its grant, an earlier void) come after what storage holds."""
+    grant, voided = records.get((op.account_id, op.grant_id), (None, None))
+    for entry in made:
+        if isinstance(entry, GrantEntry) and entry.grant_id == op.grant_id:
+            grant = entry
+        elif isinstance(entry, VoidEntry) and entry.grant_id == op.grant_id:
+            voided = entry
+    return grant, voided

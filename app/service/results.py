@@ -46,6 +46,18 @@ class ConsumptionReceipt:
 
 
 @dataclass(slots=True)
+class VoidReceipt:
+    account_id: str
+    grant_id: int
+    sequence: int
+    timestamp: int
+    amount: int  # the live remainder removed; 0 if it was used up or expired
+    balance: int
+    available: int
+    debt: int
+
+
+@dataclass(slots=True)
 class BalanceView:
     account_id: str
     timestamp: int
@@ -80,7 +92,7 @@ class GrantView:
     metadata: dict[str, str] | None = None
 
 
-Result = GrantReceipt | ConsumptionReceipt | BalanceView
+Result = GrantReceipt | ConsumptionReceipt | VoidReceipt | BalanceView
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ from app.service.errors import QuotaExceeded
 from app.service.idempotency import Idempotency
 from app.service.journal import AccountState, Totals
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
-from app.storage.base import Change, Entry, GrantEntry, IdempotencyRecord
+from app.storage.base import Change, Entry, GrantEntry, IdempotencyRecord, VoidEntry
 
 
 class UnitOfWork(Protocol):
@@ -59,6 +59,13 @@ class UnitOfWork(Protocol):
     async def history(self, account_id: str, timestamp: int) -> Totals:
         """The committed (available, debt) after the account's last entry at or before
         ``timestamp`` (an as-of read)."""
+        ...
+
+    async def grant_record(
+        self, account_id: str, grant_id: int
+    ) -> tuple[GrantEntry | None, VoidEntry | None]:
+        """The committed grant entry of one of the held accounts' grants, and the entry that
+        voided it; None for what does not exist."""
         ...
 
     async def commit(self, changes: Sequence[Change], key: IdempotencyRecord | None) -> None:

@@ -88,7 +88,21 @@ class ExpirationEntry:
     kind: ClassVar[Literal["expiration"]] = "expiration"
 
 
-Entry = GrantEntry | ConsumptionEntry | ExpirationEntry
+@dataclass(slots=True)
+class VoidEntry:
+    """A grant voided (SPEC section 7): its live remainder, ``amount``, removed; what it
+    already paid or settled stays. At most one per grant."""
+
+    sequence: int
+    timestamp: int
+    available: int
+    debt: int
+    grant_id: int
+    amount: int  # the live remainder removed; 0 when it was used up or expired
+    kind: ClassVar[Literal["void"]] = "void"
+
+
+Entry = GrantEntry | ConsumptionEntry | ExpirationEntry | VoidEntry
 
 
 @dataclass(slots=True)
@@ -228,6 +242,10 @@ class StorageBackend(Protocol):
         ``MAX_GRANT_IDS_PER_READ`` ids: the caller splits a longer list)."""
         ...
 
+    async def read_void_entry(self, account_id: str, grant_id: int) -> VoidEntry | None:
+        """The entry that voided this grant, if it was voided."""
+        ...
+
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         """The committed grant entry of ``grant_id``, if any."""
         ...
@@ -302,6 +320,12 @@ class Transaction(Protocol):
         ...
 
     async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]: ...
+
+    async def read_grant_record(
+        self, account_id: str, grant_id: int
+    ) -> tuple[GrantEntry | None, VoidEntry | None]:
+        """A grant's entry and the entry that voided it, each None if there is none."""
+        ...
 
     async def load_live_grants(self, account_ids: Sequence[str]) -> dict[str, list[LiveGrant]]: ...
 

@@ -28,6 +28,7 @@ from app.storage.base import (
     LoadedState,
     MigrationStatus,
     StorageError,
+    VoidEntry,
 )
 
 log = logging.getLogger("app.storage.memory")
@@ -44,6 +45,7 @@ class MemoryStore:
     def _forget(self) -> None:
         self._entries: dict[str, list[Entry]] = {}
         self._grant_entries: dict[tuple[str, int], GrantEntry] = {}
+        self._void_entries: dict[tuple[str, int], VoidEntry] = {}
         self._accounts: dict[str, AccountRow] = {}
         self._live_grants: dict[str, dict[int, LiveGrant]] = {}
         # Dropped by the ledger's hourly prune: at most the keys of the retention period
@@ -105,6 +107,8 @@ class MemoryStore:
             entries.append(entry)
             if isinstance(entry, GrantEntry):
                 self._grant_entries[(account_id, entry.grant_id)] = entry
+            elif isinstance(entry, VoidEntry):
+                self._void_entries[(account_id, entry.grant_id)] = entry
         live_grants = self._live_grants.setdefault(account_id, {})
         for live in change.upserted_live_grants:
             live_grants[live.grant_id] = live
@@ -136,6 +140,9 @@ class MemoryStore:
         assert len(grant_ids) <= MAX_GRANT_IDS_PER_READ
         found = (self._grant_entries.get((account_id, g)) for g in grant_ids)
         return {e.grant_id: e for e in found if e is not None}
+
+    async def read_void_entry(self, account_id: str, grant_id: int) -> VoidEntry | None:
+        return self._void_entries.get((account_id, grant_id))
 
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         return self._grant_entries.get((account_id, grant_id))

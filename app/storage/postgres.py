@@ -43,6 +43,7 @@ from app.storage.base import (
     LoadedState,
     MigrationStatus,
     StorageError,
+    VoidEntry,
 )
 from app.storage.base import AccountState as AccountState  # where app.adapters.postgres finds it
 from app.storage.migrations import Migration
@@ -153,6 +154,13 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         ALTER TABLE entries RENAME COLUMN grant_seq TO grant_id;
         """,
     ),
+    (
+        5,
+        # Grant lifecycle (SPEC section 7): whether a grant was voided is looked up by its id.
+        """
+        CREATE INDEX entries_by_void ON entries (account_id, grant_id) WHERE kind = 'void';
+        """,
+    ),
 )
 # The last entry at or before a time (reads are safe: an as-of read is answered from here).
 _TOTALS_AT = (
@@ -197,6 +205,15 @@ def _idempotency(row: asyncpg.Record) -> IdempotencyRecord:
 
 _ACCOUNT_COLUMNS = "account_id, clock, debt, available, next_grant_id, next_sequence, version"
 _ENTRY_COLUMNS = "sequence, kind, timestamp, available, debt, details"
+# A grant's entry, and the entry that voided it (each kind has its own index on grant_id).
+_GRANT_ENTRY = (
+    f"SELECT {_ENTRY_COLUMNS} FROM entries "
+    "WHERE account_id = $1 AND grant_id = $2 AND kind = 'grant'"
+)
+_VOID_ENTRY = (
+    f"SELECT {_ENTRY_COLUMNS} FROM entries "
+    "WHERE account_id = $1 AND grant_id = $2 AND kind = 'void'"
+)
 _SELECT_IDEMPOTENCY = (
     f"SELECT {columns(IDEMPOTENCY_COLUMNS)} FROM idempotency WHERE scope = $1 AND key = $2"
 )
@@ -275,6 +292,11 @@ class PgTransaction:
     async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
         row = await self._conn.fetchrow(_TOTALS_AT, account_id, timestamp)
         return (0, 0) if row is None else (row["available"], row["debt"])
+
+    async def read_grant_record(
+        self, account_id: str, grant_id: int
+    ) -> tuple[GrantEntry | None, VoidEntry | None]:
+        return await _grant_record(self._conn, account_id, grant_id)
 
     async def load_live_grants(self, account_ids: Sequence[str]) -> dict[str, list[LiveGrant]]:
         rows = await self._conn.fetch(
@@ -523,6 +545,10 @@ class PostgresStore:
         found = [_entry(r) for r in rows]
         return {e.grant_id: e for e in found if isinstance(e, GrantEntry)}
 
+    async def read_void_entry(self, account_id: str, grant_id: int) -> VoidEntry | None:
+        async with self._connection() as conn:
+            return (await _grant_record(conn, account_id, grant_id))[1]
+
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         async with self._connection() as conn:
             row = await conn.fetchrow(
@@ -634,3 +660,16 @@ async def migration_status(conn: Connection) -> MigrationStatus:
     if await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL"):
         applied = [r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")]
     return migrations.status(applied, MIGRATIONS)
+
+
+async def _grant_record(
+    conn: Connection, account_id: str, grant_id: int
+) -> tuple[GrantEntry | None, VoidEntry | None]:
+    """A grant's entry and the entry that voided it (None for what does not exist)."""
+    grant_row = await conn.fetchrow(_GRANT_ENTRY, account_id, grant_id)
+    void_row = await conn.fetchrow(_VOID_ENTRY, account_id, grant_id)
+    grant = None if grant_row is None else _entry(grant_row)
+    void = None if void_row is None else _entry(void_row)
+    assert grant is None or isinstance(grant, GrantEntry)
+    assert void is None or isinstance(void, VoidEntry)
+    return grant, void

@@ -27,6 +27,7 @@ from app.storage.base import (
     Entry,
     ExpirationEntry,
     GrantEntry,
+    VoidEntry,
 )
 
 ACCOUNT_COLUMNS: Final = ("account_id", "clock", "debt", "next_grant_id", "next_sequence")
@@ -38,7 +39,9 @@ ENTRY_COLUMNS: Final = (
     "timestamp",
     "available",
     "debt",
-    "grant_id",  # the grant's id on grant entries (indexed: a grant is looked up by it)
+    # The grant's id on grant and void entries (indexed for each kind: a grant and whether
+    # it was voided are looked up by it).
+    "grant_id",
     "details",
 )
 IDEMPOTENCY_COLUMNS: Final = (
@@ -76,7 +79,7 @@ BACKEND_ONLY_COLUMNS: Final[dict[str, dict[str, tuple[str, ...]]]] = {
     },
 }
 
-ENTRY_KINDS: Final = frozenset({"grant", "consumption", "expiration"})
+ENTRY_KINDS: Final = frozenset({"grant", "consumption", "expiration", "void"})
 
 EntryValues = tuple[str, int, str, int, int, int, int | None, str]
 LiveGrantValues = tuple[str, int, int, int]
@@ -120,7 +123,7 @@ def encode(changes: Sequence[Change]) -> Rows:
                     e.timestamp,
                     e.available,
                     e.debt,
-                    e.grant_id if isinstance(e, GrantEntry) else None,
+                    e.grant_id if isinstance(e, GrantEntry | VoidEntry) else None,
                     dumps(_details(e), separators=(",", ":")),
                 )
             )
@@ -207,9 +210,9 @@ def _check_entries(change: Change, last_timestamp: dict[str, int]) -> None:
         )
         assert e.available >= 0, f"{account_id}: entry {e.sequence} available < 0"
         assert e.debt >= 0, f"{account_id}: entry {e.sequence} debt < 0"
-        if isinstance(e, GrantEntry):
+        if isinstance(e, GrantEntry | VoidEntry):
             assert 1 <= e.grant_id < a.next_grant_id, (
-                f"{account_id}: grant entry {e.sequence} names grant {e.grant_id}"
+                f"{account_id}: {e.kind} entry {e.sequence} names grant {e.grant_id}"
             )
         previous = e.timestamp
     last_timestamp[account_id] = previous
@@ -258,6 +261,8 @@ def _details(e: Entry) -> dict[str, Any]:
                 for d in e.allocation
             ],
         }
+    if isinstance(e, VoidEntry):
+        return {"grant_id": e.grant_id, "amount": e.amount}
     return {"grant_id": e.grant_id, "expiry": e.expiry, "amount": e.amount}
 
 
@@ -294,6 +299,8 @@ def entry_of(
             d["debt_added"],
             allocation,
         )
+    if kind == "void":
+        return VoidEntry(sequence, timestamp, available, debt, d["grant_id"], d["amount"])
     assert kind == "expiration", f"unknown entry kind {kind!r}"
     return ExpirationEntry(
         sequence, timestamp, available, debt, d["grant_id"], d["expiry"], d["amount"]

@@ -61,6 +61,7 @@ from app.storage.base import (
     LoadedState,
     MigrationStatus,
     StorageError,
+    VoidEntry,
 )
 from app.storage.migrations import Migration
 from app.storage.rows import (
@@ -148,6 +149,13 @@ ALTER TABLE accounts RENAME COLUMN next_grant_seq TO next_grant_id;
 ALTER TABLE accounts RENAME COLUMN next_entry_seq TO next_sequence;
 ALTER TABLE entries RENAME COLUMN seq TO sequence;
 ALTER TABLE entries RENAME COLUMN grant_seq TO grant_id;
+""",
+    ),
+    (
+        4,
+        # Grant lifecycle (SPEC section 7): whether a grant was voided is looked up by its id.
+        """
+CREATE INDEX entries_by_void ON entries (account_id, grant_id) WHERE kind = 'void';
 """,
     ),
 )
@@ -605,6 +613,22 @@ class SqliteStore:
         ).fetchall()
         found = [_entry_from_row(r) for r in rows]
         return {e.grant_id: e for e in found if isinstance(e, GrantEntry)}
+
+    async def read_void_entry(self, account_id: str, grant_id: int) -> VoidEntry | None:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reader, self._read_void_entry, account_id, grant_id)
+
+    def _read_void_entry(self, account_id: str, grant_id: int) -> VoidEntry | None:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        row = conn.execute(
+            f"SELECT {_ENTRY_FIELDS} FROM entries "
+            "WHERE account_id = ? AND grant_id = ? AND kind = 'void'",
+            (account_id, grant_id),
+        ).fetchone()
+        entry = None if row is None else _entry_from_row(row)
+        assert entry is None or isinstance(entry, VoidEntry)
+        return entry
 
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         loop = asyncio.get_running_loop()
