@@ -17,6 +17,7 @@ from typing import Final
 from app.domain import ConsumeResult, Expiration, GPUCreditTracker, InvalidInput, LiveGrant
 from app.service.errors import GrantAlreadyVoided, GrantNotFound
 from app.service.results import (
+    AllocationView,
     BalanceView,
     ConsumptionReceipt,
     GrantReceipt,
@@ -175,7 +176,7 @@ def consume(
     result = tracker.apply_consume(amount, timestamp)
     entries = _expiration_entries(account, result.expired, *before)
     sequence = _next_sequence(account)
-    allocation = list(result.allocation)
+    allocation = [AllocationView(a.grant_id, a.expiry, a.amount) for a in result.allocation]
     entries.append(
         ConsumptionEntry(
             sequence,
@@ -190,7 +191,7 @@ def consume(
     )
     change = _change(account, entries)
     change.removed_grant_ids.extend(e.grant_id for e in result.expired)
-    _record_allocation(change, tracker, result)
+    _record_allocation(change, result)
     receipt = ConsumptionReceipt(
         account_id=account.account_id,
         sequence=sequence,
@@ -315,14 +316,13 @@ def _change(account: AccountState, entries: list[Entry]) -> Change:
     return Change(account=row, entries=entries)
 
 
-def _record_allocation(change: Change, tracker: GPUCreditTracker, result: ConsumeResult) -> None:
-    if not result.allocation:
-        return
-    # Every grant drawn from is used up, except possibly the last one, which a partial draw
-    # leaves first in the consumption order with its key unchanged.
-    first = tracker.first_live_grant()
-    for part in result.allocation:
-        if first is not None and part.grant_id == first.grant_id:
-            change.upserted_live_grants.append(first)
+def _record_allocation(change: Change, result: ConsumeResult) -> None:
+    # The result says what each grant drawn from has left: 0 is used up (removed), anything
+    # else is the live grant's new remainder (its key is unchanged).
+    for part, left in zip(result.allocation, result.remaining, strict=True):
+        if left:
+            change.upserted_live_grants.append(
+                LiveGrant(part.grant_id, part.expiry, left, part.resources)
+            )
         else:
             change.removed_grant_ids.append(part.grant_id)

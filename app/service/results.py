@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.domain import Allocation
 from app.service.commands import Operation
 
 
@@ -32,6 +31,15 @@ class GrantReceipt:
 
 
 @dataclass(slots=True)
+class AllocationView:
+    """How much a consumption took from one grant, as the API shows it."""
+
+    grant_id: int
+    expiry: int
+    amount: int
+
+
+@dataclass(slots=True)
 class ConsumptionReceipt:
     account_id: str
     sequence: int
@@ -42,7 +50,7 @@ class ConsumptionReceipt:
     debt: int
     consumed: int
     debt_added: int
-    allocation: list[Allocation]  # the core's own records, in the order drawn
+    allocation: list[AllocationView]  # in the order drawn
 
 
 @dataclass(slots=True)
