@@ -59,7 +59,7 @@ async def test_ledger_kinds_and_expiration_entries(client: httpx.AsyncClient) ->
             "debt_added": 0,
             "available": 90,
             "debt": 0,
-            "allocation": [{"grant_id": 1, "expiry": 5, "amount": 60}],
+            "allocation": [{"grant_id": 1, "expiry": 5, "amount": 60, "resources": None}],
         },
     )
     expect(
@@ -247,11 +247,46 @@ async def test_live_grants_in_consumption_order(client: httpx.AsyncClient) -> No
         },
     )
     assert body["grants"] == [
-        {"grant_id": 4, "expiry": 5, "remaining": 40, "name": None, "metadata": None},
-        {"grant_id": 2, "expiry": 10, "remaining": 20, "name": None, "metadata": None},
-        {"grant_id": 5, "expiry": 10, "remaining": 50, "name": None, "metadata": None},
-        {"grant_id": 1, "expiry": 30, "remaining": 10, "name": None, "metadata": None},
-        {"grant_id": 3, "expiry": 30, "remaining": 30, "name": None, "metadata": None},
+        {
+            "grant_id": 4,
+            "expiry": 5,
+            "remaining": 40,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
+        {
+            "grant_id": 2,
+            "expiry": 10,
+            "remaining": 20,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
+        {
+            "grant_id": 5,
+            "expiry": 10,
+            "remaining": 50,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
+        {
+            "grant_id": 1,
+            "expiry": 30,
+            "remaining": 10,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
+        {
+            "grant_id": 3,
+            "expiry": 30,
+            "remaining": 30,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
     ]
 
     # 25 used from grant 4 (15 left); at 6 grant 4 has expired; then grant 2 used up and
@@ -260,9 +295,30 @@ async def test_live_grants_in_consumption_order(client: httpx.AsyncClient) -> No
     ok(await consume(client, 25, 6))
     body = ok(await client.get(url(ACCOUNT, "grants")))
     assert body["grants"] == [
-        {"grant_id": 5, "expiry": 10, "remaining": 45, "name": None, "metadata": None},
-        {"grant_id": 1, "expiry": 30, "remaining": 10, "name": None, "metadata": None},
-        {"grant_id": 3, "expiry": 30, "remaining": 30, "name": None, "metadata": None},
+        {
+            "grant_id": 5,
+            "expiry": 10,
+            "remaining": 45,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
+        {
+            "grant_id": 1,
+            "expiry": 30,
+            "remaining": 10,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
+        {
+            "grant_id": 3,
+            "expiry": 30,
+            "remaining": 30,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
     ]
     assert body["available"] == 85
     # Reading changes nothing.

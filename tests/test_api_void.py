@@ -55,9 +55,11 @@ async def test_void_removes_the_live_remainder_and_keeps_what_was_paid(
         "debt": 0,
     }
     entries = await all_entries(client)
-    assert entries[2]["allocation"] == paid["allocation"] == [
-        {"grant_id": 1, "expiry": 10, "amount": 30}
-    ]
+    assert (
+        entries[2]["allocation"]
+        == paid["allocation"]
+        == [{"grant_id": 1, "expiry": 10, "amount": 30, "resources": None}]
+    )
     assert entries[3] == {
         "sequence": 4,
         "kind": "void",

@@ -277,6 +277,7 @@ async def test_one_failure_does_not_stop_the_others(client: httpx.AsyncClient) -
         "balance": 0,
         "available": 0,
         "debt": 0,
+        "resource": None,
     }
     consumed = results[4]["body"]
     assert (consumed["sequence"], consumed["balance"], consumed["consumed"]) == (2, 70, 30)
@@ -286,6 +287,7 @@ async def test_one_failure_does_not_stop_the_others(client: httpx.AsyncClient) -
         "balance": 70,
         "available": 70,
         "debt": 0,
+        "resource": None,
     }
     assert results[7]["body"]["balance"] == 0
 

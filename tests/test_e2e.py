@@ -116,6 +116,7 @@ def test_regression_and_unknown_account(server: ServerProcess, http: httpx.Clien
         "balance": 10,
         "available": 10,
         "debt": 0,
+        "resource": None,
     }
     r = http.get(_url(server, "nobody", "balance"), params={"timestamp": 1})
     assert r.status_code == 404
@@ -253,6 +254,7 @@ def test_state_and_idempotency_keys_survive_a_graceful_restart(
         "balance": 30,
         "available": 30,
         "debt": 0,
+        "resource": None,
     }
     assert [e["kind"] for e in before["ledger"]] == [
         "grant",

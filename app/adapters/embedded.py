@@ -300,10 +300,12 @@ class EmbeddedPort:
 
     # -- reads -----------------------------------------------------------------------------
 
-    async def balance(self, account_id: str, timestamp: int | None) -> BalanceView:
+    async def balance(
+        self, account_id: str, timestamp: int | None, resource: str | None = None
+    ) -> BalanceView:
         slot = self._existing(account_id)
         async with slot.lock:
-            view = journal.read_balance(account_id, slot.state.tracker, timestamp)
+            view = journal.read_balance(account_id, slot.state.tracker, timestamp, resource)
             fut = slot.durable
         await self._await_durable(fut)
         if isinstance(view, AsOfRead):
@@ -313,14 +315,14 @@ class EmbeddedPort:
             return journal.totals_view(account_id, view.timestamp, totals)
         return view
 
-    async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrantView]]:
+    async def live_grants(
+        self, account_id: str, resource: str | None = None
+    ) -> tuple[BalanceView, list[LiveGrantView]]:
         slot = self._existing(account_id)
         async with slot.lock:
             tracker = slot.state.tracker
-            view = journal.view(account_id, tracker)
-            grants = [
-                LiveGrantView(b.grant_id, b.expiry, b.remaining) for b in tracker.live_grants()
-            ]
+            view = journal.view(account_id, tracker, resource)
+            grants = journal.live_grant_views(tracker, resource)
             fut = slot.durable
         await self._await_durable(fut)
         return view, grants
@@ -329,10 +331,8 @@ class EmbeddedPort:
         slot = self._existing(account_id)
         async with slot.lock:
             fut = slot.durable
-            remaining = 0
-            for live in slot.state.tracker.live_grants():
-                if live.grant_id == grant_id:
-                    remaining = live.remaining
+            live = slot.state.tracker.live_grant(grant_id)
+            remaining = 0 if live is None else live.remaining
         await self._await_durable(fut)
         entry = await self._store.read_grant_entry(account_id, grant_id)
         return grant_view_of(account_id, grant_id, entry, remaining)

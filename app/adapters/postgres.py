@@ -221,7 +221,9 @@ class PostgresPort:
         for account_id in stale:
             row = rows[account_id]
             tracker = GPUCreditTracker.from_state(
-                TrackerState(row.clock, row.debt, row.next_grant_id, tuple(live[account_id])),
+                TrackerState(
+                    row.clock, row.debt, row.next_grant_id, tuple(live[account_id]), row.debts
+                ),
                 max_live_grants=self._limits.max_live_grants_per_account,
             )
             assert tracker.available == row.available, "state row and live grants disagree"
@@ -230,7 +232,15 @@ class PostgresPort:
 
     # -- reads: one committed snapshot each, no lock -----------------------------------------
 
-    async def balance(self, account_id: str, timestamp: int | None) -> BalanceView:
+    async def balance(
+        self, account_id: str, timestamp: int | None, resource: str | None = None
+    ) -> BalanceView:
+        if resource is not None:
+            # A class's figures need its live grants and debt: from one snapshot of them.
+            tracker = await self._snapshot(account_id)
+            view = journal.read_balance(account_id, tracker, timestamp, resource)
+            assert isinstance(view, BalanceView)  # a class is never read as of the past
+            return view
         if timestamp is None:
             state = await self._read(self._pg.read_account(account_id))
             if state is None:
@@ -241,15 +251,27 @@ class PostgresPort:
             raise AccountNotFound(account_id)
         return journal.totals_view(account_id, timestamp, found[1])
 
-    async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrantView]]:
+    async def live_grants(
+        self, account_id: str, resource: str | None = None
+    ) -> tuple[BalanceView, list[LiveGrantView]]:
+        tracker = await self._snapshot(account_id)
+        view = journal.view(account_id, tracker, resource)
+        return view, journal.live_grant_views(tracker, resource)
+
+    async def _snapshot(self, account_id: str) -> GPUCreditTracker:
+        """The account's tracker as one committed snapshot has it (not the cache: reads take
+        no lock). 404 for an unknown account."""
         state, live = await self._read(self._pg.read_live_grants(account_id))
         if state is None:
             raise AccountNotFound(account_id)
-        return _view_of(state), [LiveGrantView(b.grant_id, b.expiry, b.remaining) for b in live]
+        return GPUCreditTracker.from_state(
+            TrackerState(state.clock, state.debt, state.next_grant_id, tuple(live), state.debts),
+            max_live_grants=max(len(live), self._limits.max_live_grants_per_account),
+        )
 
     async def grant_view(self, account_id: str, grant_id: int) -> GrantView:
-        _, grants = await self.live_grants(account_id)  # 404 for an unknown account
-        remaining = next((g.remaining for g in grants if g.grant_id == grant_id), 0)
+        live = (await self._snapshot(account_id)).live_grant(grant_id)  # 404: unknown account
+        remaining = 0 if live is None else live.remaining
         entry = await self._read(self._pg.read_grant_entry(account_id, grant_id))
         return grant_view_of(account_id, grant_id, entry, remaining)
 

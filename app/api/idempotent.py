@@ -87,7 +87,7 @@ def replayed(replay: Replay, headers: dict[str, str] | None = None) -> Response:
 
 # Members added after fingerprints were first stored: left out while absent, so a request
 # that does not use them keeps the fingerprint it had, and a retry across an upgrade matches.
-_ADDED_MEMBERS: Final = ("name", "metadata")
+_ADDED_MEMBERS: Final = ("name", "metadata", "resources", "resource")
 
 
 def _fingerprinted(body: BaseModel) -> dict[str, Any]:

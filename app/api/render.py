@@ -128,6 +128,7 @@ def entry(e: Entry) -> dict[str, Any]:
             expiry=e.expiry,
             settled_debt=e.settled_debt,
             retained=e.retained,
+            resources=_listed(e.resources),
             name=e.name,
             metadata=e.metadata,
         )
@@ -137,12 +138,24 @@ def entry(e: Entry) -> dict[str, Any]:
             consumed=e.consumed,
             debt_added=e.debt_added,
             allocation=[
-                {"grant_id": d.grant_id, "expiry": d.expiry, "amount": d.amount}
+                {
+                    "grant_id": d.grant_id,
+                    "expiry": d.expiry,
+                    "amount": d.amount,
+                    "resources": _listed(d.resources),
+                }
                 for d in e.allocation
             ],
+            resource=e.resource,
         )
     elif isinstance(e, VoidEntry):
         body.update(grant_id=e.grant_id, amount=e.amount)
     else:
-        body.update(grant_id=e.grant_id, expiry=e.expiry, amount=e.amount)
+        body.update(
+            grant_id=e.grant_id, expiry=e.expiry, amount=e.amount, resources=_listed(e.resources)
+        )
     return body
+
+
+def _listed(resources: tuple[str, ...] | None) -> list[str] | None:
+    return None if resources is None else list(resources)

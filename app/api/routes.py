@@ -34,6 +34,7 @@ from app.api.schemas import (
     LedgerPage,
     LiveGrantsResponse,
     QueryInt,
+    ResourceQuery,
     VoidOperation,
     VoidRequest,
     VoidResponse,
@@ -95,7 +96,7 @@ async def grant_credits(
     idem = idempotency_of(request, "grant", account_id, body)
     label = Label(body.name, body.metadata)
     result = await _ledger(request).grant(
-        account_id, body.amount, body.timestamp, body.expiry, idem, label
+        account_id, body.amount, body.timestamp, body.expiry, idem, label, body.resources
     )
     if isinstance(result, Replay):
         grant_id = int(json.loads(result.body)["grant_id"])
@@ -126,7 +127,9 @@ async def consume_credits(
     """Consume `amount` credits at `timestamp`, earliest-expiring first. What active credits
     cannot cover becomes debt. `debt` in the answer is the total outstanding debt."""
     idem = idempotency_of(request, "consume", account_id, body)
-    result = await _ledger(request).consume(account_id, body.amount, body.timestamp, idem)
+    result = await _ledger(request).consume(
+        account_id, body.amount, body.timestamp, idem, body.resource
+    )
     if isinstance(result, Replay):
         return replayed(result)
     return _json(render.consumption(result), render.CONSUME_STATUS)
@@ -158,9 +161,12 @@ async def get_balance(
         ),
         QueryInt,  # after Query: the bounds then publish as minimum/maximum
     ] = None,
+    resource: ResourceQuery = None,
 ) -> Any:
-    """`balance` = active credits - outstanding debt. Unknown accounts are 404."""
-    return _json(render.balance(await _ledger(request).balance(account_id, timestamp)), 200)
+    """`balance` = active credits - outstanding debt, in total or for one GPU class.
+    Unknown accounts are 404."""
+    view = await _ledger(request).balance(account_id, timestamp, resource)
+    return _json(render.balance(view), 200)
 
 
 @router.get(
@@ -172,10 +178,14 @@ async def get_balance(
     tags=["credits"],
 )
 @requires(Scope.READ)
-async def list_grants(account_id: AccountId, request: Request) -> Any:
-    """The grants with credits left at the account's latest timestamp, earliest expiry first
-    (then grant order): the upcoming expirations. Changes nothing."""
-    view, grants = await _ledger(request).live_grants(account_id)
+async def list_grants(
+    account_id: AccountId, request: Request, resource: ResourceQuery = None
+) -> Any:
+    """The grants with credits left at the account's latest timestamp, in the order they will
+    be consumed: earliest expiry first, then the narrower class set (unrestricted last), then
+    grant order; the upcoming expirations. With `resource`, only those a consumption of that
+    class could draw, and the balance of that class. Changes nothing."""
+    view, grants = await _ledger(request).live_grants(account_id, resource)
     return {**dataclasses.asdict(view), "grants": grants}
 
 
@@ -294,10 +304,18 @@ def _to_operation(
     if isinstance(op, VoidOperation):
         return VoidOp(op.account_id, op.grant_id, op.timestamp)
     if isinstance(op, GrantOperation):
-        return GrantOp(op.account_id, op.amount, op.timestamp, op.expiry, op.name, op.metadata)
+        return GrantOp(
+            op.account_id,
+            op.amount,
+            op.timestamp,
+            op.expiry,
+            op.name,
+            op.metadata,
+            op.resources,
+        )
     if isinstance(op, ConsumeOperation):
-        return ConsumeOp(op.account_id, op.amount, op.timestamp)
-    return BalanceOp(op.account_id, op.timestamp)
+        return ConsumeOp(op.account_id, op.amount, op.timestamp, op.resource)
+    return BalanceOp(op.account_id, op.timestamp, op.resource)
 
 
 BATCH_PATH = "/v1/batch"

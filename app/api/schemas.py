@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from fastapi import Path
+from fastapi import Path, Query
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from app.domain import MAX_VALUE
+from app.domain import MAX_CLASS_NAME_LENGTH, MAX_RESOURCES, MAX_VALUE
 from app.service.commands import MAX_BATCH_OPERATIONS
 
 ACCOUNT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
@@ -93,6 +93,57 @@ def _expiry_after_timestamp(expiry: int, info: ValidationInfo) -> int:
     return expiry
 
 
+# -- GPU classes (SPEC section 5) ------------------------------------------------------------
+
+CLASS_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$"
+ClassName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_CLASS_NAME_LENGTH, pattern=CLASS_NAME_PATTERN),
+    Field(
+        description=(
+            "A GPU class: 1 to 32 characters of A-Z a-z 0-9 . _ -, starting with a letter or "
+            "digit; case-sensitive."
+        ),
+        examples=["h100"],
+    ),
+]
+
+
+def _distinct(resources: list[str]) -> list[str]:
+    if len(set(resources)) != len(resources):
+        raise PydanticCustomError("duplicate_class", "classes must be distinct")
+    return resources
+
+
+Resources = Annotated[
+    list[ClassName],
+    Field(
+        min_length=1,
+        max_length=MAX_RESOURCES,
+        description=(
+            "The GPU classes the credits pay for: 1 to 16 distinct names. Omitted or null: "
+            "unrestricted (any class, and consumptions that name none). Answers list them "
+            "sorted."
+        ),
+        examples=[["h100", "a100-80gb"]],
+    ),
+    AfterValidator(_distinct),
+]
+ResourceQuery = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=MAX_CLASS_NAME_LENGTH,
+        pattern=CLASS_NAME_PATTERN,
+        description=(
+            "Answer for one GPU class: `available` is what a consumption of it could draw, "
+            "`debt` its own outstanding debt. Not before the account's latest timestamp "
+            "(the history keeps totals only; 422)."
+        ),
+    ),
+]
+
+
 # -- grant labels (SPEC section 7) -----------------------------------------------------------
 
 GRANT_NAME_MAX_CHARS = 200
@@ -157,15 +208,28 @@ class GrantRequest(_Request):
     amount: Amount
     timestamp: Timestamp
     expiry: Expiry
+    resources: Resources | None = None
     name: GrantName | None = None
     metadata: GrantMetadata | None = None
 
     _check_expiry = field_validator("expiry")(_expiry_after_timestamp)
 
 
+ConsumedOn = Annotated[
+    ClassName | None,
+    Field(
+        description=(
+            "The GPU class the usage ran on: grants that list it or are unrestricted pay. "
+            "Omitted or null: no class; only unrestricted grants pay."
+        )
+    ),
+]
+
+
 class ConsumeRequest(_Request):
     amount: Amount
     timestamp: Timestamp
+    resource: ConsumedOn = None
 
 
 class VoidRequest(_Request):
@@ -192,6 +256,7 @@ class GrantOperation(_Request):
     amount: Amount
     timestamp: Timestamp
     expiry: Expiry
+    resources: Resources | None = None
     name: GrantName | None = None
     metadata: GrantMetadata | None = None
 
@@ -203,6 +268,7 @@ class ConsumeOperation(_Request):
     account_id: BatchAccountId
     amount: Amount
     timestamp: Timestamp
+    resource: ConsumedOn = None
 
 
 class VoidOperation(_Request):
@@ -217,6 +283,9 @@ class BalanceOperation(_Request):
     account_id: BatchAccountId
     timestamp: Timestamp | None = Field(
         None, description="As the `timestamp` query parameter of getBalance."
+    )
+    resource: ClassName | None = Field(
+        None, description="As the `resource` query parameter of getBalance."
     )
 
 
@@ -256,6 +325,9 @@ class BalanceResponse(_Response):
     balance: SignedFigure = Field(description="available - debt; negative means debt.")
     available: Figure = Field(description="Active (unexpired, unconsumed) credits.")
     debt: Figure = Field(description="Outstanding debt.")
+    resource: str | None = Field(
+        None, description="The GPU class read (`?resource=`); null: totals over every class."
+    )
 
 
 class GrantResponse(BalanceResponse):
@@ -265,6 +337,9 @@ class GrantResponse(BalanceResponse):
     expiry: Figure
     settled_debt: Figure = Field(description="How much of the grant paid off debt.")
     retained: Figure = Field(description="How much was kept as a live grant with the expiry.")
+    resources: list[str] | None = Field(
+        description="The grant's GPU classes, sorted; null: unrestricted."
+    )
     name: str | None = Field(description="The grant's name, if it was given one.")
     metadata: dict[str, str] | None = Field(description="The grant's metadata, if any.")
 
@@ -273,6 +348,9 @@ class AllocationItem(_Response):
     grant_id: int = Field(ge=1)
     expiry: Figure
     amount: Figure = Field(description="Credits taken from this grant.")
+    resources: list[str] | None = Field(
+        description="The grant's GPU classes, sorted; null: unrestricted."
+    )
 
 
 class ConsumeResponse(BalanceResponse):
@@ -283,6 +361,7 @@ class ConsumeResponse(BalanceResponse):
     allocation: list[AllocationItem] = Field(
         description="Grants drawn from, in the order they were drawn (earliest expiry first)."
     )
+    resource: str | None = Field(description="The GPU class it ran on; null: none.")
 
 
 class VoidResponse(BalanceResponse):
@@ -297,6 +376,9 @@ class LiveGrantItem(_Response):
     grant_id: int = Field(ge=1)
     expiry: Figure
     remaining: Figure
+    resources: list[str] | None = Field(
+        description="The grant's GPU classes, sorted; null: unrestricted."
+    )
     name: str | None = Field(description="The grant's name, if it was given one.")
     metadata: dict[str, str] | None = Field(description="The grant's metadata, if any.")
 
@@ -315,6 +397,9 @@ class GrantDetailResponse(_Response):
     settled_debt: Figure
     retained: Figure
     remaining: Figure = Field(description="Still usable now; 0 once used up or expired.")
+    resources: list[str] | None = Field(
+        description="The grant's GPU classes, sorted; null: unrestricted."
+    )
     name: str | None = Field(description="The grant's name, if it was given one.")
     metadata: dict[str, str] | None = Field(description="The grant's metadata, if any.")
 
@@ -334,6 +419,9 @@ class GrantEntry(_EntryBase):
     expiry: Figure
     settled_debt: Figure
     retained: Figure
+    resources: list[str] | None = Field(
+        description="The grant's GPU classes, sorted; null: unrestricted."
+    )
     name: str | None = Field(description="The grant's name, if it was given one.")
     metadata: dict[str, str] | None = Field(description="The grant's metadata, if any.")
 
@@ -344,6 +432,7 @@ class ConsumptionEntry(_EntryBase):
     consumed: Figure
     debt_added: Figure
     allocation: list[AllocationItem]
+    resource: str | None = Field(description="The GPU class it ran on; null: none.")
 
 
 class ExpirationEntry(_EntryBase):
@@ -351,6 +440,9 @@ class ExpirationEntry(_EntryBase):
     grant_id: int = Field(ge=1)
     expiry: Figure
     amount: Figure = Field(description="Credits that expired unused.")
+    resources: list[str] | None = Field(
+        description="The grant's GPU classes, sorted; null: unrestricted."
+    )
 
 
 class VoidEntry(_EntryBase):

@@ -16,6 +16,7 @@ class GrantOp:
     expiry: int
     name: str | None = None
     metadata: dict[str, str] | None = None
+    resources: list[str] | None = None
 
 
 @dataclass(slots=True)
@@ -23,6 +24,7 @@ class ConsumeOp:
     account_id: str
     amount: int
     timestamp: int
+    resource: str | None = None
 
 
 @dataclass(slots=True)
@@ -36,6 +38,7 @@ class VoidOp:
 class BalanceOp:
     account_id: str
     timestamp: int | None
+    resource: str | None = None
 
 
 Operation = GrantOp | ConsumeOp | VoidOp | BalanceOp

@@ -29,6 +29,19 @@ class GrantAlreadyVoided(ServiceError):
         self.voided_at = voided_at
 
 
+class ClassAsOfUnsupported(ServiceError):
+    """A balance read of one class at a time before the account's clock: the history keeps
+    totals after each entry, not every class's, so only totals are answered there."""
+
+    def __init__(self, resource: str, timestamp: int, clock: int) -> None:
+        super().__init__(
+            f"a balance of class {resource!r} is answered at or after the account's clock "
+            f"({clock}), not at {timestamp}: before it the history keeps totals only "
+            "(read without resource)"
+        )
+        self.clock = clock
+
+
 class IdempotencyKeyReused(ServiceError):
     def __init__(self, key: str) -> None:
         super().__init__(

@@ -118,9 +118,10 @@ class Ledger:
         expiry: int,
         idempotency: Idempotency | None = None,
         label: Label = NO_LABEL,
+        resources: list[str] | None = None,
     ) -> GrantReceipt | Replay:
         def apply(uow: UnitOfWork, account: AccountState) -> tuple[Change, GrantReceipt]:
-            return self._grant(uow, account, amount, timestamp, expiry, label)
+            return self._grant(uow, account, amount, timestamp, expiry, label, resources)
 
         return await self._write(account_id, idempotency, apply)
 
@@ -130,9 +131,10 @@ class Ledger:
         amount: int,
         timestamp: int,
         idempotency: Idempotency | None = None,
+        resource: str | None = None,
     ) -> ConsumptionReceipt | Replay:
         def apply(uow: UnitOfWork, account: AccountState) -> tuple[Change, ConsumptionReceipt]:
-            return self._consume(uow, account, amount, timestamp)
+            return self._consume(uow, account, amount, timestamp, resource)
 
         return await self._write(account_id, idempotency, apply)
 
@@ -256,14 +258,18 @@ class Ledger:
                 elif isinstance(op, GrantOp):
                     label = Label(op.name, op.metadata)
                     change, receipt = self._grant(
-                        uow, account, op.amount, op.timestamp, op.expiry, label
+                        uow, account, op.amount, op.timestamp, op.expiry, label, op.resources
                     )
                 elif isinstance(op, ConsumeOp):
-                    change, receipt = self._consume(uow, account, op.amount, op.timestamp)
+                    change, receipt = self._consume(
+                        uow, account, op.amount, op.timestamp, op.resource
+                    )
                 else:
                     if not account.exists:
                         raise AccountNotFound(account_id)
-                    view = journal.read_balance(account_id, account.tracker, op.timestamp)
+                    view = journal.read_balance(
+                        account_id, account.tracker, op.timestamp, op.resource
+                    )
                     if isinstance(view, AsOfRead):
                         view = journal.as_of_in_batch(
                             view, batch_entries.get(account_id, ()), baselines
@@ -295,12 +301,13 @@ class Ledger:
         timestamp: int,
         expiry: int,
         label: Label,
+        resources: list[str] | None,
     ) -> tuple[Change, GrantReceipt]:
         account_id = account.account_id
         live_before = account.tracker.live_grant_count
         try:
             change, receipt = journal.grant(
-                account, amount, timestamp, expiry, uow.live_room(account_id), label
+                account, amount, timestamp, expiry, uow.live_room(account_id), label, resources
             )
         except NoLiveRoom:
             raise uow.live_quota_error(account_id) from None
@@ -324,10 +331,14 @@ class Ledger:
 
     @staticmethod
     def _consume(
-        uow: UnitOfWork, account: AccountState, amount: int, timestamp: int
+        uow: UnitOfWork,
+        account: AccountState,
+        amount: int,
+        timestamp: int,
+        resource: str | None,
     ) -> tuple[Change, ConsumptionReceipt]:
         live_before = account.tracker.live_grant_count
-        change, receipt = journal.consume(account, amount, timestamp)
+        change, receipt = journal.consume(account, amount, timestamp, resource)
         if account.tracker.live_grant_count != live_before:
             uow.count_live(account.account_id, account.tracker.live_grant_count - live_before)
         return change, receipt
@@ -351,17 +362,22 @@ class Ledger:
 
     # -- reads: safe, they change nothing ---------------------------------------------------
 
-    async def balance(self, account_id: str, timestamp: int | None) -> BalanceView:
+    async def balance(
+        self, account_id: str, timestamp: int | None, resource: str | None = None
+    ) -> BalanceView:
         """At or after the account's clock, the projected state (credits expiring by then no
         longer count); before it, the as-of state from the stored history; None: the state
         at the clock. Unknown accounts are 404 and are not created."""
         self._check_serving()
-        return await self._port.balance(account_id, timestamp)
+        return await self._port.balance(account_id, timestamp, resource)
 
-    async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrantView]]:
-        """Live grants at the account's clock, in the order they will be used."""
+    async def live_grants(
+        self, account_id: str, resource: str | None = None
+    ) -> tuple[BalanceView, list[LiveGrantView]]:
+        """Live grants at the account's clock, in the order they will be used: all of them,
+        or those a consumption of class ``resource`` could draw."""
         self._check_serving()
-        view, live = await self._port.live_grants(account_id)
+        view, live = await self._port.live_grants(account_id, resource)
         # Labels live with the grant entries, not in memory (a grant's metadata may be 11 KB):
         # read them for the grants listed, a bounded number of ids per read.
         ids = [g.grant_id for g in live]
@@ -391,8 +407,8 @@ async def _balance_baselines(
     done before its first change and a failed read changes nothing."""
     baselines: dict[tuple[str, int], Totals] = {}
     for op in operations:
-        if not isinstance(op, BalanceOp) or op.timestamp is None:
-            continue
+        if not isinstance(op, BalanceOp) or op.timestamp is None or op.resource is not None:
+            continue  # a class is read from the tracker, never from history
         where = (op.account_id, op.timestamp)
         if where in baselines:
             continue

@@ -28,6 +28,7 @@ class GrantReceipt:
     retained: int
     name: str | None = None
     metadata: dict[str, str] | None = None
+    resources: list[str] | None = None  # sorted; None: unrestricted
 
 
 @dataclass(slots=True)
@@ -37,6 +38,7 @@ class AllocationView:
     grant_id: int
     expiry: int
     amount: int
+    resources: list[str] | None = None  # the grant's classes
 
 
 @dataclass(slots=True)
@@ -51,6 +53,7 @@ class ConsumptionReceipt:
     consumed: int
     debt_added: int
     allocation: list[AllocationView]  # in the order drawn
+    resource: str | None = None  # the class it ran on
 
 
 @dataclass(slots=True)
@@ -72,6 +75,7 @@ class BalanceView:
     balance: int
     available: int
     debt: int
+    resource: str | None = None  # the class read; None: totals over everything
 
 
 @dataclass(slots=True)
@@ -83,6 +87,7 @@ class LiveGrantView:
     remaining: int
     name: str | None = None
     metadata: dict[str, str] | None = None
+    resources: list[str] | None = None
 
 
 @dataclass(slots=True)
@@ -98,6 +103,7 @@ class GrantView:
     remaining: int  # 0 once consumed, expired, or swallowed by debt
     name: str | None = None
     metadata: dict[str, str] | None = None
+    resources: list[str] | None = None
 
 
 Result = GrantReceipt | ConsumptionReceipt | VoidReceipt | BalanceView

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 # twice as much. Nothing mutates them after construction.
 from typing import ClassVar, Final, Literal, Protocol, runtime_checkable
 
-from app.domain import Allocation, LiveGrant, TrackerState
+from app.domain import Allocation, Debt, LiveGrant, TrackerState
 
 # Grant ids one read_grant_entries call takes: one SQL statement's parameters stay bounded.
 MAX_GRANT_IDS_PER_READ: Final = 500
@@ -58,6 +58,7 @@ class GrantEntry:
     # The caller's label for the grant (SPEC section 7), as given; None when not given.
     name: str | None = None
     metadata: dict[str, str] | None = None
+    resources: tuple[str, ...] | None = None  # the classes it pays for; None: unrestricted
     kind: ClassVar[Literal["grant"]] = "grant"
 
 
@@ -71,6 +72,7 @@ class ConsumptionEntry:
     consumed: int
     debt_added: int
     allocation: tuple[Allocation, ...]  # which grants gave how much, in the order drawn
+    resource: str | None = None  # the class it ran on; None: no class
     kind: ClassVar[Literal["consumption"]] = "consumption"
 
 
@@ -85,6 +87,7 @@ class ExpirationEntry:
     grant_id: int
     expiry: int
     amount: int
+    resources: tuple[str, ...] | None = None  # the grant's classes
     kind: ClassVar[Literal["expiration"]] = "expiration"
 
 
@@ -126,6 +129,9 @@ class AccountRow:
     debt: int
     next_grant_id: int
     next_sequence: int
+    # The debt queue by class (``TrackerState.debts``): () when there is none or all of it is
+    # of no class, as every account before classes existed.
+    debts: tuple[Debt, ...] = ()
 
 
 @dataclass(slots=True)
@@ -167,6 +173,7 @@ class AccountState:
     next_grant_id: int
     next_sequence: int
     version: int  # bumped by every committed write: tells caches they are stale
+    debts: tuple[Debt, ...] = ()  # as ``AccountRow.debts``
 
 
 @dataclass(frozen=True, slots=True)

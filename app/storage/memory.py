@@ -159,7 +159,7 @@ class MemoryStore:
         if row is None:
             return None
         live_grants = tuple(b for _, b in sorted(self._live_grants.get(account_id, {}).items()))
-        state = TrackerState(row.clock, row.debt, row.next_grant_id, live_grants)
+        state = TrackerState(row.clock, row.debt, row.next_grant_id, live_grants, row.debts)
         return LoadedAccount(state, row.next_sequence)
 
     async def read_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:

@@ -156,9 +156,12 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     ),
     (
         5,
-        # Grant lifecycle (SPEC section 7): whether a grant was voided is looked up by its id.
+        # Credits per GPU class and the grant lifecycle (SPEC sections 5 and 7): a live
+        # grant's classes, an account's debt queue by class, and voids looked up by grant.
         """
         CREATE INDEX entries_by_void ON entries (account_id, grant_id) WHERE kind = 'void';
+        ALTER TABLE live_grants ADD COLUMN resources jsonb;
+        ALTER TABLE accounts ADD COLUMN debts jsonb;
         """,
     ),
 )
@@ -178,6 +181,7 @@ def _state(row: asyncpg.Record) -> AccountState:
         row["next_grant_id"],
         row["next_sequence"],
         row["version"],
+        rows.debts_of(row["debts"]),
     )
 
 
@@ -203,7 +207,9 @@ def _idempotency(row: asyncpg.Record) -> IdempotencyRecord:
     )
 
 
-_ACCOUNT_COLUMNS = "account_id, clock, debt, available, next_grant_id, next_sequence, version"
+_ACCOUNT_COLUMNS = (
+    "account_id, clock, debt, available, next_grant_id, next_sequence, version, debts"
+)
 _ENTRY_COLUMNS = "sequence, kind, timestamp, available, debt, details"
 # A grant's entry, and the entry that voided it (each kind has its own index on grant_id).
 _GRANT_ENTRY = (
@@ -221,7 +227,7 @@ _INSERT_ENTRY = (
     f"INSERT INTO entries ({columns(ENTRY_COLUMNS)}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)"
 )
 _UPSERT_LIVE_GRANT = (
-    f"INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES ($1, $2, $3, $4) "
+    f"INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES ($1, $2, $3, $4, $5::jsonb) "
     "ON CONFLICT (account_id, grant_id) DO UPDATE SET remaining = excluded.remaining"
 )
 _DELETE_LIVE_GRANT = "DELETE FROM live_grants WHERE account_id = $1 AND grant_id = $2"
@@ -230,7 +236,7 @@ _INSERT_IDEMPOTENCY = (
 )
 _UPDATE_ACCOUNT = (
     "UPDATE accounts SET clock = $2, debt = $3, available = $4, next_grant_id = $5, "
-    "next_sequence = $6, version = $7 WHERE account_id = $1"
+    "next_sequence = $6, version = $7, debts = $8::jsonb WHERE account_id = $1"
 )
 
 
@@ -255,7 +261,7 @@ class PgTransaction:
         another transaction inserted meanwhile is not returned: lock it with lock_accounts.
         New rows are placeholders until ``settle_accounts`` counts or removes them."""
         rows = await self._conn.fetch(
-            "INSERT INTO accounts SELECT unnest($1::text[]), 0, 0, 0, 1, 1, 0 "
+            "INSERT INTO accounts SELECT unnest($1::text[]), 0, 0, 0, 1, 1, 0, NULL "
             f"ON CONFLICT (account_id) DO NOTHING RETURNING {_ACCOUNT_COLUMNS}",
             sorted(account_ids),
         )
@@ -299,15 +305,20 @@ class PgTransaction:
         return await _grant_record(self._conn, account_id, grant_id)
 
     async def load_live_grants(self, account_ids: Sequence[str]) -> dict[str, list[LiveGrant]]:
-        rows = await self._conn.fetch(
-            "SELECT account_id, grant_id, expiry, remaining FROM live_grants "
+        found = await self._conn.fetch(
+            "SELECT account_id, grant_id, expiry, remaining, resources FROM live_grants "
             "WHERE account_id = ANY($1::text[])",
             list(account_ids),
         )
         out: dict[str, list[LiveGrant]] = {a: [] for a in account_ids}
-        for row in rows:
+        for row in found:
             out[row["account_id"]].append(
-                LiveGrant(row["grant_id"], row["expiry"], row["remaining"])
+                LiveGrant(
+                    row["grant_id"],
+                    row["expiry"],
+                    row["remaining"],
+                    rows.classes_of(row["resources"]),
+                )
             )
         return out
 
@@ -348,6 +359,7 @@ class PgTransaction:
                         a.next_grant_id,
                         a.next_sequence,
                         new_versions[a.account_id],
+                        rows.debts_text(a.debts),
                     )
                     for a in group.accounts.values()
                 ],
@@ -511,12 +523,16 @@ class PostgresStore:
             )
             if row is None:
                 return None, []
-            rows = await conn.fetch(
-                "SELECT grant_id, expiry, remaining FROM live_grants WHERE account_id = $1 "
-                "ORDER BY expiry, grant_id",
+            found = await conn.fetch(
+                "SELECT grant_id, expiry, remaining, resources FROM live_grants "
+                "WHERE account_id = $1 ORDER BY expiry, grant_id",
                 account_id,
             )
-        return _state(row), [LiveGrant(r["grant_id"], r["expiry"], r["remaining"]) for r in rows]
+        live = [
+            LiveGrant(r["grant_id"], r["expiry"], r["remaining"], rows.classes_of(r["resources"]))
+            for r in found
+        ]
+        return _state(row), live
 
     async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         async with self._connection() as conn:
@@ -569,7 +585,9 @@ class PostgresStore:
         if state is None:
             return None
         in_grant_order = tuple(sorted(live_grants, key=lambda b: b.grant_id))
-        tracker_state = TrackerState(state.clock, state.debt, state.next_grant_id, in_grant_order)
+        tracker_state = TrackerState(
+            state.clock, state.debt, state.next_grant_id, in_grant_order, state.debts
+        )
         return LoadedAccount(tracker_state, state.next_sequence)
 
     async def read_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import json
 import logging
 import os
 import sqlite3
@@ -153,9 +154,12 @@ ALTER TABLE entries RENAME COLUMN grant_seq TO grant_id;
     ),
     (
         4,
-        # Grant lifecycle (SPEC section 7): whether a grant was voided is looked up by its id.
+        # Credits per GPU class and the grant lifecycle (SPEC sections 5 and 7): a live
+        # grant's classes, an account's debt queue by class, and voids looked up by grant.
         """
 CREATE INDEX entries_by_void ON entries (account_id, grant_id) WHERE kind = 'void';
+ALTER TABLE live_grants ADD COLUMN resources TEXT;
+ALTER TABLE accounts ADD COLUMN debts TEXT;
 """,
     ),
 )
@@ -167,13 +171,14 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 """
 
 _UPSERT_ACCOUNT = f"""
-INSERT INTO accounts ({columns(ACCOUNT_COLUMNS)}) VALUES (?, ?, ?, ?, ?)
+INSERT INTO accounts ({columns(ACCOUNT_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (account_id) DO UPDATE SET
     clock = excluded.clock, debt = excluded.debt,
-    next_grant_id = excluded.next_grant_id, next_sequence = excluded.next_sequence
+    next_grant_id = excluded.next_grant_id, next_sequence = excluded.next_sequence,
+    debts = excluded.debts
 """
 _UPSERT_LIVE_GRANT = f"""
-INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES (?, ?, ?, ?)
+INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (account_id, grant_id) DO UPDATE SET remaining = excluded.remaining
 """
 _DELETE_LIVE_GRANT = "DELETE FROM live_grants WHERE account_id = ? AND grant_id = ?"
@@ -310,15 +315,28 @@ class SqliteStore:
 
         state = LoadedState()
         live_grants: dict[str, list[LiveGrant]] = {}
-        for account_id, grant_id, expiry, remaining in conn.execute(
-            "SELECT account_id, grant_id, expiry, remaining FROM live_grants"
+        # Accounts share their class lists: one tuple per distinct list, not one per grant.
+        shared: dict[str, tuple[str, ...]] = {}
+        for account_id, grant_id, expiry, remaining, resources in conn.execute(
+            "SELECT account_id, grant_id, expiry, remaining, resources FROM live_grants"
         ):
-            live_grants.setdefault(account_id, []).append(LiveGrant(grant_id, expiry, remaining))
-        for account_id, clock, debt, next_grant_id, next_sequence in conn.execute(
-            "SELECT account_id, clock, debt, next_grant_id, next_sequence FROM accounts"
+            classes = None
+            if resources is not None:
+                classes = shared.get(resources)
+                if classes is None:
+                    classes = shared[resources] = tuple(json.loads(resources))
+            live_grants.setdefault(account_id, []).append(
+                LiveGrant(grant_id, expiry, remaining, classes)
+            )
+        for account_id, clock, debt, next_grant_id, next_sequence, debts in conn.execute(
+            "SELECT account_id, clock, debt, next_grant_id, next_sequence, debts FROM accounts"
         ):
             tracker_state = TrackerState(
-                clock, debt, next_grant_id, tuple(live_grants.pop(account_id, ()))
+                clock,
+                debt,
+                next_grant_id,
+                tuple(live_grants.pop(account_id, ())),
+                rows.debts_of(debts),
             )
             state.accounts[account_id] = LoadedAccount(tracker_state, next_sequence)
         if live_grants:
@@ -713,15 +731,15 @@ class SqliteStore:
         conn.execute("BEGIN")  # one snapshot for both statements
         try:
             row = conn.execute(
-                "SELECT clock, debt, next_grant_id, next_sequence FROM accounts "
+                "SELECT clock, debt, next_grant_id, next_sequence, debts FROM accounts "
                 "WHERE account_id = ?",
                 (account_id,),
             ).fetchone()
             live_grants = tuple(
-                LiveGrant(grant_id, expiry, remaining)
-                for grant_id, expiry, remaining in conn.execute(
-                    "SELECT grant_id, expiry, remaining FROM live_grants WHERE account_id = ? "
-                    "ORDER BY grant_id",
+                LiveGrant(grant_id, expiry, remaining, rows.classes_of(resources))
+                for grant_id, expiry, remaining, resources in conn.execute(
+                    "SELECT grant_id, expiry, remaining, resources FROM live_grants "
+                    "WHERE account_id = ? ORDER BY grant_id",
                     (account_id,),
                 )
             )
@@ -729,8 +747,9 @@ class SqliteStore:
             conn.execute("COMMIT")
         if row is None:
             return None
-        clock, debt, next_grant_id, next_sequence = row
-        return LoadedAccount(TrackerState(clock, debt, next_grant_id, live_grants), next_sequence)
+        clock, debt, next_grant_id, next_sequence, debts = row
+        tracker_state = TrackerState(clock, debt, next_grant_id, live_grants, rows.debts_of(debts))
+        return LoadedAccount(tracker_state, next_sequence)
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         loop = asyncio.get_running_loop()

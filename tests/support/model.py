@@ -111,6 +111,7 @@ class Account:
             expiry=expiry,
             settled_debt=settled,
             retained=retained,
+            resources=None,
             name=name,
             metadata=metadata,
         )
@@ -132,7 +133,9 @@ class Account:
             take = min(left, live[2])
             live[2] -= take
             left -= take
-            allocation.append({"grant_id": live[1], "expiry": live[0], "amount": take})
+            allocation.append(
+                {"grant_id": live[1], "expiry": live[0], "amount": take, "resources": None}
+            )
         self.held = [b for b in self.held if b[2] > 0]
         self.debt += debt_added
         return self._write(
@@ -142,6 +145,7 @@ class Account:
             consumed=consumed,
             debt_added=debt_added,
             allocation=allocation,
+            resource=None,
         )
 
     # -- reads -----------------------------------------------------------------------------
@@ -166,6 +170,7 @@ class Account:
                 "grant_id": g,
                 "expiry": e,
                 "remaining": r,
+                "resources": None,
                 "name": self.labels[g][0],
                 "metadata": self.labels[g][1],
             }
@@ -197,7 +202,14 @@ class Account:
         self.expired = []
         for expiry, grant_id, remaining in sorted(b for b in self.held if b[0] <= timestamp):
             self.held.remove([expiry, grant_id, remaining])
-            self._record("expiration", expiry, grant_id=grant_id, expiry=expiry, amount=remaining)
+            self._record(
+                "expiration",
+                expiry,
+                grant_id=grant_id,
+                expiry=expiry,
+                amount=remaining,
+                resources=None,
+            )
             self.expired.append((grant_id, expiry, remaining))
         self.clock = timestamp
 
@@ -226,4 +238,5 @@ class Account:
             "balance": available - debt,
             "available": available,
             "debt": debt,
+            "resource": None,
         }
