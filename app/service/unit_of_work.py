@@ -113,3 +113,11 @@ class LedgerPort(Protocol):
     async def grant_view(self, account_id: str, grant_id: int) -> GrantView: ...
 
     async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]: ...
+
+    async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
+        """Up to ``limit`` existing accounts whose id starts with ``prefix`` and is greater
+        than ``after`` ("": from the first), in byte order of the id, each at its clock (what
+        ``balance`` answers without a time). An account exists once a write that made it is
+        durable: a failed request's account is never listed, an acknowledged one always is.
+        Bounded work: no account outside the page is read, and no history."""
+        ...
