@@ -224,6 +224,9 @@ async def test_ledger_reconciles_with_balances(client: httpx.AsyncClient, seed: 
     assert final == model.read_balance()
     live = ok(await client.get(url(ACCOUNT, "grants")))
     assert live == model.live_grants()
+    # The account list shows the same state at the clock.
+    listed = ok(await client.get("/v1/accounts"))
+    assert listed == {"accounts": [model.read_balance()], "next_after": None}
 
 
 # -- live grants --------------------------------------------------------------------------

@@ -41,6 +41,7 @@ class Generated:
     consume_credits: Any
     get_balance: Any
     list_ledger_entries: Any
+    list_accounts: Any
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +87,7 @@ def gen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Generated]:
             consume_credits=importlib.import_module(f"{api}.consume_credits"),
             get_balance=importlib.import_module(f"{api}.get_balance"),
             list_ledger_entries=importlib.import_module(f"{api}.list_ledger_entries"),
+            list_accounts=importlib.import_module(f"{api}.list_accounts"),
         )
     finally:
         sys.path.remove(str(out_root))
@@ -154,6 +156,27 @@ def test_spec_example_through_generated_client(
     }
     assert [type(e) for e in page.entries] == [models[e["kind"]] for e in example.ledger()]
     assert [e.to_dict() for e in page.entries] == example.ledger()
+
+
+def test_accounts_through_generated_client(gen: Generated, client: Any) -> None:
+    """listAccounts: pages of BalanceResponse items, followed through next_after."""
+    for account, amount in (("gen-list:c", 3), ("gen-list:a", 1), ("gen-list:b", 2)):
+        _grant(gen, client, account, amount, 4, 50)
+    page = gen.list_accounts.sync(client=client, prefix="gen-list:", limit=2)
+    assert isinstance(page, gen.models.AccountPage), page
+    assert all(isinstance(a, gen.models.BalanceResponse) for a in page.accounts)
+    assert [a.to_dict() for a in page.accounts] == [
+        {"account_id": "gen-list:a", "timestamp": 4, "balance": 1, "available": 1, "debt": 0},
+        {"account_id": "gen-list:b", "timestamp": 4, "balance": 2, "available": 2, "debt": 0},
+    ]
+    assert page.next_after == "gen-list:b"
+    last = gen.list_accounts.sync(client=client, prefix="gen-list:", after=page.next_after)
+    assert isinstance(last, gen.models.AccountPage), last
+    assert [a.account_id for a in last.accounts] == ["gen-list:c"]
+    assert last.next_after is None
+    response = gen.list_accounts.sync_detailed(client=client, limit=0)
+    assert response.status_code == 422
+    assert isinstance(response.parsed, gen.models.Problem), response.content
 
 
 def test_errors_parse_as_problem(gen: Generated, client: Any) -> None:

@@ -28,6 +28,7 @@ OPERATION_IDS = {
     "listGrants",
     "getGrant",
     "listLedgerEntries",
+    "listAccounts",
     "getHealth",
     "applyBatch",
     "voidGrant",
@@ -106,6 +107,7 @@ def test_operations_are_at_their_paths(served: dict[str, Any]) -> None:
         "listGrants": ("get", "/v1/accounts/{account_id}/grants"),
         "getGrant": ("get", "/v1/accounts/{account_id}/grants/{grant_id}"),
         "listLedgerEntries": ("get", "/v1/accounts/{account_id}/ledger"),
+        "listAccounts": ("get", "/v1/accounts"),
         "getHealth": ("get", "/healthz"),
         "applyBatch": ("post", "/v1/batch"),
         "voidGrant": ("post", "/v1/accounts/{account_id}/grants/{grant_id}/void"),
@@ -217,6 +219,16 @@ def test_parameters_are_bounded(served: dict[str, Any]) -> None:
     (timestamp,) = [p for p in ops["getBalance"]["parameters"] if p["name"] == "timestamp"]
     assert timestamp["in"] == "query"
     assert timestamp["required"] is False
+    listing = {p["name"]: p for p in ops["listAccounts"]["parameters"]}
+    assert set(listing) == {"prefix", "after", "limit"}
+    for name in ("prefix", "after"):
+        assert listing[name]["in"] == "query"
+        assert listing[name]["required"] is False
+        schema = listing[name]["schema"]
+        assert schema["maxLength"] == 128, name
+        assert schema["pattern"] == "^([A-Za-z0-9][A-Za-z0-9._:-]{0,127})?$", name
+    assert listing["limit"]["schema"]["minimum"] == 1
+    assert listing["limit"]["schema"]["maximum"] == 1000
 
 
 def _refs(node: Any) -> Iterator[str]:

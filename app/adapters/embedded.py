@@ -351,6 +351,28 @@ class EmbeddedPort:
         await self._await_durable(fut)
         return await self._store.read_entries(account_id, after_sequence, limit)
 
+    async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
+        """Which accounts exist, and their order, come from the store: it holds exactly the
+        accounts whose first write is committed, sorted (the registry is a dict, and also
+        holds accounts that requests in flight may yet fail to create). A write is
+        acknowledged only once committed, so an acknowledged account is always listed. The
+        figures come from the trackers, which every existing account has here, as a balance
+        read takes them; like one, the page waits until what it shows is durable. No lock is
+        taken: a tracker changes only between awaits, together with its submission."""
+        rows = await self._store.read_accounts(prefix, after, limit)
+        views: list[BalanceView] = []
+        waits: dict[int, asyncio.Future[None]] = {}
+        for row in rows:
+            slot = self._slots.get(row.account_id)
+            assert slot is not None, "an account, once committed, stays registered"
+            assert slot.state.exists
+            views.append(journal.view(row.account_id, slot.state.tracker))
+            if slot.durable is not None:
+                waits[id(slot.durable)] = slot.durable  # one per commit group
+        for fut in waits.values():
+            await self._await_durable(fut)
+        return views
+
     def _existing(self, account_id: str) -> _Slot:
         """The account for a read: reads never create one, so an unknown account is 404."""
         slot = self._slots.get(account_id)

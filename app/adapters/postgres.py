@@ -285,6 +285,12 @@ class PostgresPort:
             raise AccountNotFound(account_id)
         return await self._read(self._pg.read_entries(account_id, after_sequence, limit))
 
+    async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
+        """One committed snapshot of the account rows (placeholders of accounts being
+        created are not committed, so not listed), each at its clock from the row alone."""
+        states = await self._read(self._pg.read_account_states(prefix, after, limit))
+        return [_view_of(state) for state in states]
+
     async def _read(self, pending: Awaitable[_T]) -> _T:
         """Await a read; a database that is down is a 503, not a 500."""
         with _service_errors():

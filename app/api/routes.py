@@ -11,14 +11,18 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Path, Query, Request, Response
 
 from app.api import render
-from app.api.auth import authorize
+from app.api.auth import authorize, visible_prefix
 from app.api.docs import BATCH_EXAMPLES, CONSUME_EXAMPLES, GRANT_EXAMPLES, VOID_EXAMPLES
 from app.api.idempotent import REPLAYED_HEADER, WITH_IDEMPOTENCY_KEY, idempotency_of, replayed
 from app.api.problems import ProblemType, describe, documented, problem_response
 from app.api.routing import ANY_SCOPE, LedgerRoute, public, requires
 from app.api.schemas import (
+    ACCOUNT_ID_MAX_CHARS,
+    ACCOUNT_PAGE_MAX,
+    ACCOUNT_PREFIX_PATTERN,
     LEDGER_PAGE_MAX,
     AccountId,
+    AccountPage,
     BalanceOperation,
     BalanceResponse,
     BatchRequest,
@@ -33,6 +37,7 @@ from app.api.schemas import (
     Health,
     LedgerPage,
     LiveGrantsResponse,
+    Problem,
     QueryInt,
     ResourceQuery,
     VoidOperation,
@@ -269,6 +274,74 @@ async def list_ledger_entries(
         "entries": [render.entry(e) for e in page],
         "next_after": page[-1].sequence if more else None,
     }
+
+
+@router.get(
+    "/v1/accounts",
+    operation_id="listAccounts",
+    summary="Accounts, in byte order of their id, cursor-paginated",
+    response_model=AccountPage,
+    responses={
+        **documented(401, 403, 422, 503),
+        403: {
+            "model": Problem,
+            "description": (
+                "The API key lacks the scope credits:read. (A key limited to an account "
+                "prefix is not refused: it is shown the accounts within its prefix.)"
+            ),
+        },
+        422: {
+            "model": Problem,
+            "description": "A query parameter is invalid, out of range, unknown or repeated.",
+        },
+    },
+    tags=["credits"],
+)
+@requires(Scope.READ)
+async def list_accounts(
+    request: Request,
+    prefix: Annotated[
+        str,
+        Query(
+            max_length=ACCOUNT_ID_MAX_CHARS,
+            pattern=ACCOUNT_PREFIX_PATTERN,
+            description=(
+                "Only accounts whose id starts with this (case-sensitive; empty or omitted: "
+                "every account). Empty, or the start of a valid account id."
+            ),
+            examples=["team-a:"],
+        ),
+    ] = "",
+    after: Annotated[
+        str,
+        Query(
+            max_length=ACCOUNT_ID_MAX_CHARS,
+            pattern=ACCOUNT_PREFIX_PATTERN,
+            description=(
+                "Only accounts whose id comes after this one in byte order: the previous "
+                "page's `next_after`. Empty or omitted: from the first."
+            ),
+        ),
+    ] = "",
+    limit: Annotated[
+        int, Query(ge=1, le=ACCOUNT_PAGE_MAX, description="Page size, 1 to 1000."), QueryInt
+    ] = 100,
+) -> Any:
+    """The accounts that exist (a write was accepted on them; a failed request creates
+    none), in byte order of `account_id` (ASCII: `-` `.` digits `:` upper case `_` lower
+    case, so `A` before `a` and `team-a-x` before `team-a:x`), each with its balance,
+    available credits and debt at its clock, as getBalance answers without `timestamp`.
+    Pages of at most 1,000: pass `next_after` as `after` for the next page.
+
+    An API key limited to an account prefix lists only the accounts within it: the accounts
+    listed start with both the key's prefix and `prefix`. When the two exclude each other
+    (a key for `team-a:` asking for `prefix=team-b:`) the answer is an empty page, not an
+    error. Changes nothing."""
+    visible = visible_prefix(request.state.api_key, prefix)
+    if visible is None:
+        return {"accounts": [], "next_after": None}
+    page = await _ledger(request).accounts(visible, after, limit)
+    return dataclasses.asdict(page)
 
 
 @router.get(

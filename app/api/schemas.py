@@ -29,7 +29,10 @@ from app.service.commands import MAX_BATCH_OPERATIONS
 
 ACCOUNT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 ACCOUNT_ID_MAX_CHARS = 128
+# What an account id may start with: empty, or the start of a valid id (same characters).
+ACCOUNT_PREFIX_PATTERN = r"^([A-Za-z0-9][A-Za-z0-9._:-]{0,127})?$"
 LEDGER_PAGE_MAX = 1000
+ACCOUNT_PAGE_MAX = 1000
 
 AccountId = Annotated[
     str,
@@ -462,6 +465,44 @@ class LedgerPage(BaseModel):
     account_id: str
     entries: list[LedgerEntry]
     next_after: int | None = Field(
+        description="Pass as `after` to get the next page; null when this is the last page."
+    )
+
+
+class AccountPage(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "accounts": [
+                        {
+                            "account_id": "team-a:job-1",
+                            "timestamp": 120,
+                            "balance": 40,
+                            "available": 40,
+                            "debt": 0,
+                        },
+                        {
+                            "account_id": "team-a:job-2",
+                            "timestamp": 95,
+                            "balance": -5,
+                            "available": 0,
+                            "debt": 5,
+                        },
+                    ],
+                    "next_after": "team-a:job-2",
+                }
+            ]
+        }
+    )
+
+    accounts: list[BalanceResponse] = Field(
+        description=(
+            "In byte order of `account_id`, each at its clock: what getBalance answers "
+            "without `timestamp` (`timestamp` is the account's latest accepted write)."
+        )
+    )
+    next_after: str | None = Field(
         description="Pass as `after` to get the next page; null when this is the last page."
     )
 

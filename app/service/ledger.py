@@ -29,6 +29,7 @@ from app.service.idempotency import BATCH_SCOPE, Encoder, Idempotency
 from app.service.journal import NO_LABEL, AccountState, AsOfRead, Label, Totals
 from app.service.limits import Limits
 from app.service.results import (
+    AccountPage,
     Answer,
     BalanceView,
     BatchOutcome,
@@ -393,6 +394,17 @@ class Ledger:
     async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         self._check_serving()
         return await self._port.entries(account_id, after_sequence, limit)
+
+    async def accounts(self, prefix: str, after: str, limit: int) -> AccountPage:
+        """Existing accounts whose id starts with ``prefix`` ("": all), after the cursor
+        ``after`` ("": from the first), at most ``limit``, in byte order of the id, each at
+        its clock. Whose accounts a caller may see is the caller's business (the API narrows
+        ``prefix`` to the key's)."""
+        self._check_serving()
+        assert limit >= 1
+        found = await self._port.accounts(prefix, after, limit + 1)  # one more: is there more?
+        page = found[:limit]
+        return AccountPage(page, page[-1].account_id if len(found) > limit else None)
 
 
 async def _balance_baselines(

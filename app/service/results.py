@@ -79,6 +79,14 @@ class BalanceView:
 
 
 @dataclass(slots=True)
+class AccountPage:
+    """A page of the account list: each account at its clock, in byte order of the id."""
+
+    accounts: list[BalanceView]
+    next_after: str | None  # the cursor of the next page; None when this is the last
+
+
+@dataclass(slots=True)
 class LiveGrantView:
     """What is left of one grant that can still be consumed."""
 

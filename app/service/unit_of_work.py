@@ -130,3 +130,11 @@ class LedgerPort(Protocol):
     ) -> Mapping[int, GrantEntry]:
         """The committed grant entries of these grants (at most ``MAX_GRANT_IDS_PER_READ``)."""
         ...
+
+    async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
+        """Up to ``limit`` existing accounts whose id starts with ``prefix`` and is greater
+        than ``after`` ("": from the first), in byte order of the id, each at its clock (what
+        ``balance`` answers without a time). An account exists once a write that made it is
+        durable: a failed request's account is never listed, an acknowledged one always is.
+        Bounded work: no account outside the page is read, and no history."""
+        ...

@@ -198,6 +198,12 @@ class MigrationStatus:
         return self.current > max(self.known, default=0)
 
 
+# Account ids are 1 to 128 characters of ASCII below 0x7f (SPEC section 3), so in byte order
+# the ids that start with a prefix ``p`` are exactly those in [p, p + ACCOUNT_ID_END). Every
+# backend lists accounts by that range: an index range scan, never a scan of every account.
+ACCOUNT_ID_END: Final = "\x7f"
+
+
 class StorageError(RuntimeError):
     """The backend could not make a change durable. The service stops accepting writes."""
 
@@ -267,6 +273,13 @@ class StorageBackend(Protocol):
     async def read_account_state(self, account_id: str) -> LoadedAccount | None:
         """The account's committed row and live grants (in grant order), from one
         snapshot; None for an account never written."""
+        ...
+
+    async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
+        """Up to ``limit`` committed account rows whose id starts with ``prefix`` ("": every
+        account) and is greater than ``after`` ("": from the first), in byte order of the
+        id. Only accounts a committed write made: a failed request leaves none behind. The
+        work is bounded by ``limit``, whatever the number of accounts."""
         ...
 
     async def read_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
@@ -356,6 +369,11 @@ class TransactionalStore(StorageBackend, Protocol):
         ...
 
     async def read_account(self, account_id: str) -> AccountState | None: ...
+
+    async def read_account_states(self, prefix: str, after: str, limit: int) -> list[AccountState]:
+        """``read_accounts`` with what a balance at the clock needs (``available``), from
+        the same rows."""
+        ...
 
     async def read_balance_at(
         self, account_id: str, timestamp: int

@@ -3,7 +3,10 @@ process (``close`` forgets everything); ``submit`` completes on the next loop tu
 there is no disk to wait for.
 
 It keeps what the other backends keep, so that the one storage contract holds for it too:
-entries, account rows, live grants and idempotency records. A group is checked whole before
+entries, account rows, live grants and idempotency records. Account ids are also kept in a
+sorted list, so that listing a page of accounts is a binary search and a slice (adding an
+account is a binary search and a list insertion: a memmove of 8 bytes per account held,
+under a millisecond at a million accounts). A group is checked whole before
 any of it is applied, so it is all or nothing like a transaction; a group that fails its
 checks fails this store for good, as a failed commit fails the SQLite one.
 """
@@ -18,6 +21,7 @@ from collections.abc import Sequence
 from app.domain import LiveGrant, TrackerState
 from app.storage import rows
 from app.storage.base import (
+    ACCOUNT_ID_END,
     MAX_GRANT_IDS_PER_READ,
     AccountRow,
     Change,
@@ -47,6 +51,7 @@ class MemoryStore:
         self._grant_entries: dict[tuple[str, int], GrantEntry] = {}
         self._void_entries: dict[tuple[str, int], VoidEntry] = {}
         self._accounts: dict[str, AccountRow] = {}
+        self._account_ids: list[str] = []  # the keys of _accounts, in byte (code point) order
         self._live_grants: dict[str, dict[int, LiveGrant]] = {}
         # Dropped by the ledger's hourly prune: at most the keys of the retention period
         # and one sweep interval.
@@ -101,6 +106,8 @@ class MemoryStore:
 
     def _apply(self, change: Change) -> None:
         account_id = change.account.account_id
+        if account_id not in self._accounts:
+            bisect.insort(self._account_ids, account_id)
         self._accounts[account_id] = change.account
         entries = self._entries.setdefault(account_id, [])
         for entry in change.entries:
@@ -161,6 +168,17 @@ class MemoryStore:
         live_grants = tuple(b for _, b in sorted(self._live_grants.get(account_id, {}).items()))
         state = TrackerState(row.clock, row.debt, row.next_grant_id, live_grants, row.debts)
         return LoadedAccount(state, row.next_sequence)
+
+    async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
+        ids = self._account_ids
+        start = max(bisect.bisect_right(ids, after), bisect.bisect_left(ids, prefix))
+        end = prefix + ACCOUNT_ID_END
+        found: list[AccountRow] = []
+        for account_id in ids[start : start + limit]:
+            if account_id >= end:
+                break
+            found.append(self._accounts[account_id])
+        return found
 
     async def read_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
         return self._keys.get((scope, key))

@@ -34,7 +34,9 @@ from asyncpg.pool import PoolConnectionProxy
 from app.domain import LiveGrant, TrackerState
 from app.storage import migrations, rows
 from app.storage.base import (
+    ACCOUNT_ID_END,
     MAX_GRANT_IDS_PER_READ,
+    AccountRow,
     Change,
     Entry,
     GrantEntry,
@@ -219,6 +221,14 @@ _GRANT_ENTRY = (
 _VOID_ENTRY = (
     f"SELECT {_ENTRY_COLUMNS} FROM entries "
     "WHERE account_id = $1 AND grant_id = $2 AND kind = 'void'"
+)
+# Accounts in byte order of their id, after a cursor and within a prefix's range: the
+# expressions are the index's (migration 3), so this is an index range scan with a LIMIT.
+ACCOUNTS_RANGE = (
+    f"SELECT {_ACCOUNT_COLUMNS} FROM accounts "
+    'WHERE account_id COLLATE "C" > $1 AND account_id COLLATE "C" >= $2 '
+    'AND account_id COLLATE "C" < $3 AND version > 0 '
+    'ORDER BY account_id COLLATE "C" LIMIT $4'
 )
 _SELECT_IDEMPOTENCY = (
     f"SELECT {columns(IDEMPOTENCY_COLUMNS)} FROM idempotency WHERE scope = $1 AND key = $2"
@@ -484,6 +494,22 @@ class PostgresStore:
                 f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE account_id = $1", account_id
             )
         return None if row is None else _state(row)
+
+    async def read_account_states(self, prefix: str, after: str, limit: int) -> list[AccountState]:
+        """One range of the ``accounts_by_prefix`` index (byte order: ``COLLATE "C"``,
+        whatever the database's collation), at most ``limit`` rows. Placeholder rows (version
+        0, inserted for an account a transaction may create) never commit: the transaction
+        deletes the unused ones before COMMIT (``PgTransaction.settle_accounts``), and the
+        query does not rely on it (``version > 0``)."""
+        async with self._connection() as conn:
+            found = await conn.fetch(ACCOUNTS_RANGE, after, prefix, prefix + ACCOUNT_ID_END, limit)
+        return [_state(row) for row in found]
+
+    async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
+        return [
+            AccountRow(s.account_id, s.clock, s.debt, s.next_grant_id, s.next_sequence)
+            for s in await self.read_account_states(prefix, after, limit)
+        ]
 
     async def read_balance_at(
         self, account_id: str, timestamp: int

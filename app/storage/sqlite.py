@@ -53,7 +53,9 @@ from typing import Any, Final
 from app.domain import LiveGrant, TrackerState
 from app.storage import migrations, rows
 from app.storage.base import (
+    ACCOUNT_ID_END,
     MAX_GRANT_IDS_PER_READ,
+    AccountRow,
     Change,
     Entry,
     GrantEntry,
@@ -189,6 +191,14 @@ _INSERT_IDEMPOTENCY = (
     f"INSERT OR REPLACE INTO idempotency ({columns(IDEMPOTENCY_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)"
 )
 _ENTRY_FIELDS = "sequence, kind, timestamp, available, debt, details"
+# Accounts in byte order of their id, after a cursor and within a prefix's range: a range of
+# the primary key (``accounts`` is WITHOUT ROWID, clustered on ``account_id``, whose BINARY
+# collation is byte order), read in order, so no sort and at most LIMIT rows.
+ACCOUNTS_RANGE = (
+    f"SELECT {columns(ACCOUNT_COLUMNS)} FROM accounts "
+    "WHERE account_id > ? AND account_id >= ? AND account_id < ? "
+    "ORDER BY account_id LIMIT ?"
+)
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -692,6 +702,18 @@ class SqliteStore:
             else:
                 high = mid - 1
         return found
+
+    async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reader, self._read_accounts, prefix, after, limit)
+
+    def _read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        found = conn.execute(
+            ACCOUNTS_RANGE, (after, prefix, prefix + ACCOUNT_ID_END, limit)
+        ).fetchall()
+        return [AccountRow(*row) for row in found]
 
     async def read_idempotency_body(self, scope: str, key: str) -> bytes | None:
         loop = asyncio.get_running_loop()
