@@ -173,6 +173,7 @@ async def test_accounts_are_listed_in_byte_order_each_at_its_clock(
         "balance": -7,
         "available": 0,
         "debt": 7,
+        "resource": None,
     }
     expect(by_id["Z"], {"timestamp": 60, "available": 23, "balance": 23})
     # Listing changes nothing (reads are safe), not even when asked again.
@@ -256,6 +257,7 @@ async def test_an_acknowledged_write_is_listed_at_once(client: httpx.AsyncClient
         page = await _list(client, prefix=account_id)
         assert page["accounts"] == [
             {k: granted[k] for k in ("account_id", "timestamp", "balance", "available", "debt")}
+            | {"resource": None}
         ]
     assert len(await account_ids(client, 2, "fresh-")) == 5
 

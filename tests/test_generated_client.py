@@ -166,8 +166,15 @@ def test_accounts_through_generated_client(gen: Generated, client: Any) -> None:
     assert isinstance(page, gen.models.AccountPage), page
     assert all(isinstance(a, gen.models.BalanceResponse) for a in page.accounts)
     assert [a.to_dict() for a in page.accounts] == [
-        {"account_id": "gen-list:a", "timestamp": 4, "balance": 1, "available": 1, "debt": 0},
-        {"account_id": "gen-list:b", "timestamp": 4, "balance": 2, "available": 2, "debt": 0},
+        {
+            "account_id": f"gen-list:{name}",
+            "timestamp": 4,
+            "balance": figure,
+            "available": figure,
+            "debt": 0,
+            "resource": None,
+        }
+        for name, figure in (("a", 1), ("b", 2))
     ]
     assert page.next_after == "gen-list:b"
     last = gen.list_accounts.sync(client=client, prefix="gen-list:", after=page.next_after)

@@ -507,7 +507,7 @@ class PostgresStore:
 
     async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
         return [
-            AccountRow(s.account_id, s.clock, s.debt, s.next_grant_id, s.next_sequence)
+            AccountRow(s.account_id, s.clock, s.debt, s.next_grant_id, s.next_sequence, s.debts)
             for s in await self.read_account_states(prefix, after, limit)
         ]
 

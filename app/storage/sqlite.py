@@ -713,7 +713,7 @@ class SqliteStore:
         found = conn.execute(
             ACCOUNTS_RANGE, (after, prefix, prefix + ACCOUNT_ID_END, limit)
         ).fetchall()
-        return [AccountRow(*row) for row in found]
+        return [AccountRow(*row[:5], rows.debts_of(row[5])) for row in found]
 
     async def read_idempotency_body(self, scope: str, key: str) -> bytes | None:
         loop = asyncio.get_running_loop()
