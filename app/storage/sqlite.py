@@ -713,7 +713,10 @@ class SqliteStore:
         found = conn.execute(
             ACCOUNTS_RANGE, (after, prefix, prefix + ACCOUNT_ID_END, limit)
         ).fetchall()
-        return [AccountRow(*row[:5], rows.debts_of(row[5])) for row in found]
+        return [
+            AccountRow(account_id, clock, debt, next_grant_id, next_sequence, rows.debts_of(debts))
+            for account_id, clock, debt, next_grant_id, next_sequence, debts in found
+        ]
 
     async def read_idempotency_body(self, scope: str, key: str) -> bytes | None:
         loop = asyncio.get_running_loop()
