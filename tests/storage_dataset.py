@@ -197,8 +197,24 @@ def available_after(changes: list[Change]) -> dict[str, int]:
     return out
 
 
+def account_row(account_id: str) -> AccountRow:
+    """The account's row as ``read_accounts`` lists it."""
+    account = STATES[account_id]
+    state = account.tracker_state
+    return AccountRow(
+        account_id, state.clock, state.debt, state.next_grant_id, account.next_sequence
+    )
+
+
+def first_grant(account_id: str) -> Change:
+    """A new account's first write: a grant of 5 at 0 expiring at 10."""
+    entry = GrantEntry(1, 0, 5, 0, 1, 5, 10, 0, 5)
+    return Change(AccountRow(account_id, 0, 0, 2, 2), [LiveGrant(1, 10, 5)], [], [entry])
+
+
 async def assert_holds(store: StorageBackend, created_at_s: float) -> None:
     """``store`` holds exactly this ledger, read through every read of the interface."""
+    assert await store.read_accounts("", "", 100) == [account_row(a) for a in sorted(ACCOUNTS)]
     for account_id in ACCOUNTS:
         assert await store.read_entries(account_id, 0, 100) == ENTRIES[account_id]
         assert await store.read_account_state(account_id) == STATES[account_id]

@@ -36,6 +36,7 @@ async def test_balance_reads_never_move_the_clock(client: httpx.AsyncClient) -> 
         "balance": 0,  # projected: the grant has expired by then
         "available": 0,
         "debt": 0,
+        "resource": None,
     }
     assert ok(await balance(client, 7))["timestamp"] == 7
     assert await snapshot(client) == before
@@ -65,6 +66,7 @@ async def test_balance_before_the_clock_is_the_state_as_of_then(
             "balance": available - debt,
             "available": available,
             "debt": debt,
+            "resource": None,
         }
 
     expected = {
@@ -98,6 +100,7 @@ async def test_balance_without_timestamp_changes_nothing(client: httpx.AsyncClie
             "balance": 50,
             "available": 50,
             "debt": 0,
+            "resource": None,
         }
     assert await snapshot(client) == before
     # The clock is still 3: a grant at 3 is accepted, and the grant of 50 is still live at 4.
@@ -123,6 +126,7 @@ async def test_largest_balance_timestamp_is_accepted(client: httpx.AsyncClient) 
         "balance": 0,
         "available": 0,
         "debt": 0,
+        "resource": None,
     }
 
 

@@ -232,7 +232,6 @@ async def test_malformed_json_is_400(client: httpx.AsyncClient, subtests: pytest
 _UNKNOWN_ROUTES = [
     "/",
     "/v1",
-    "/v1/accounts",
     "/v1/accounts/",
     "/v1/accounts/a",
     "/v1/accounts//balance",
@@ -264,6 +263,8 @@ _WRONG_METHODS: list[tuple[str, str]] = [
     ("PATCH", "/v1/accounts/a/balance"),
     ("POST", "/v1/accounts/a/ledger"),
     ("DELETE", "/v1/accounts/a/grants/1"),
+    ("POST", "/v1/accounts"),
+    ("DELETE", "/v1/accounts"),
     ("POST", "/healthz"),
 ]
 
@@ -295,6 +296,7 @@ async def test_wrong_method_is_405_problem(
         ("POST", "/v1/accounts/a/balance", {"GET"}),
         ("POST", "/v1/accounts/a/ledger", {"GET"}),
         ("DELETE", "/v1/accounts/a/grants/1", {"GET"}),
+        ("POST", "/v1/accounts", {"GET"}),
         ("POST", "/healthz", {"GET"}),
     ],
 )

@@ -29,7 +29,7 @@ async def test_grant_is_201_with_location_of_the_grant(client: httpx.AsyncClient
     assert second.headers["location"] == f"/v1/accounts/{ACCOUNT}/grants/2"
 
     assert ok(await consume(client, 30, 2))["allocation"] == [
-        {"grant_id": 1, "expiry": 10, "amount": 30}
+        {"grant_id": 1, "expiry": 10, "amount": 30, "resources": None}
     ]
     detail = ok(await client.get(first.headers["location"]))
     assert detail == {
@@ -41,7 +41,10 @@ async def test_grant_is_201_with_location_of_the_grant(client: httpx.AsyncClient
         "expiry": 10,
         "settled_debt": 0,
         "retained": 100,
+        "resources": None,
         "remaining": 70,
+        "name": None,
+        "metadata": None,
     }
     expect(
         ok(await client.get(second.headers["location"])),
@@ -52,6 +55,8 @@ async def test_grant_is_201_with_location_of_the_grant(client: httpx.AsyncClient
             "amount": 40,
             "expiry": 20,
             "remaining": 40,
+            "name": None,
+            "metadata": None,
         },
     )
 

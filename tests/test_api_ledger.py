@@ -59,7 +59,7 @@ async def test_ledger_kinds_and_expiration_entries(client: httpx.AsyncClient) ->
             "debt_added": 0,
             "available": 90,
             "debt": 0,
-            "allocation": [{"grant_id": 1, "expiry": 5, "amount": 60}],
+            "allocation": [{"grant_id": 1, "expiry": 5, "amount": 60, "resources": None}],
         },
     )
     expect(
@@ -224,6 +224,9 @@ async def test_ledger_reconciles_with_balances(client: httpx.AsyncClient, seed: 
     assert final == model.read_balance()
     live = ok(await client.get(url(ACCOUNT, "grants")))
     assert live == model.live_grants()
+    # The account list shows the same state at the clock.
+    listed = ok(await client.get("/v1/accounts"))
+    assert listed == {"accounts": [model.read_balance()], "next_after": None}
 
 
 # -- live grants --------------------------------------------------------------------------
@@ -247,11 +250,46 @@ async def test_live_grants_in_consumption_order(client: httpx.AsyncClient) -> No
         },
     )
     assert body["grants"] == [
-        {"grant_id": 4, "expiry": 5, "remaining": 40},
-        {"grant_id": 2, "expiry": 10, "remaining": 20},
-        {"grant_id": 5, "expiry": 10, "remaining": 50},
-        {"grant_id": 1, "expiry": 30, "remaining": 10},
-        {"grant_id": 3, "expiry": 30, "remaining": 30},
+        {
+            "grant_id": 4,
+            "expiry": 5,
+            "remaining": 40,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
+        {
+            "grant_id": 2,
+            "expiry": 10,
+            "remaining": 20,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
+        {
+            "grant_id": 5,
+            "expiry": 10,
+            "remaining": 50,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
+        {
+            "grant_id": 1,
+            "expiry": 30,
+            "remaining": 10,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
+        {
+            "grant_id": 3,
+            "expiry": 30,
+            "remaining": 30,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
     ]
 
     # 25 used from grant 4 (15 left); at 6 grant 4 has expired; then grant 2 used up and
@@ -260,9 +298,30 @@ async def test_live_grants_in_consumption_order(client: httpx.AsyncClient) -> No
     ok(await consume(client, 25, 6))
     body = ok(await client.get(url(ACCOUNT, "grants")))
     assert body["grants"] == [
-        {"grant_id": 5, "expiry": 10, "remaining": 45},
-        {"grant_id": 1, "expiry": 30, "remaining": 10},
-        {"grant_id": 3, "expiry": 30, "remaining": 30},
+        {
+            "grant_id": 5,
+            "expiry": 10,
+            "remaining": 45,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
+        {
+            "grant_id": 1,
+            "expiry": 30,
+            "remaining": 10,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
+        {
+            "grant_id": 3,
+            "expiry": 30,
+            "remaining": 30,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        },
     ]
     assert body["available"] == 85
     # Reading changes nothing.

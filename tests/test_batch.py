@@ -277,6 +277,7 @@ async def test_one_failure_does_not_stop_the_others(client: httpx.AsyncClient) -
         "balance": 0,
         "available": 0,
         "debt": 0,
+        "resource": None,
     }
     consumed = results[4]["body"]
     assert (consumed["sequence"], consumed["balance"], consumed["consumed"]) == (2, 70, 30)
@@ -286,6 +287,7 @@ async def test_one_failure_does_not_stop_the_others(client: httpx.AsyncClient) -
         "balance": 70,
         "available": 70,
         "debt": 0,
+        "resource": None,
     }
     assert results[7]["body"]["balance"] == 0
 
@@ -894,3 +896,16 @@ async def test_documented_example_is_spec_example_1(client: httpx.AsyncClient) -
     assert example["operations"] == [s.batch_operation(account) for s in EXAMPLE_1.steps]
     body = batch_ok(await client.post(BATCH, json=example), len(EXAMPLE_1.steps))
     assert body["results"] == [s.batch_result(account) for s in EXAMPLE_1.steps]
+
+
+async def test_documented_example_3_gives_the_spec_answers(client: httpx.AsyncClient) -> None:
+    document = json.loads((ROOT / "openapi" / "openapi.json").read_text())
+    content = document["paths"][BATCH]["post"]["requestBody"]["content"]["application/json"]
+    example = content["examples"]["example3"]["value"]
+    body = batch_ok(await client.post(BATCH, json=example), 13)
+    results = [r["body"] for r in body["results"]]
+    # SPEC section 5, Example 3: consume returns the total debt, get_balance the balance.
+    assert [results[i]["debt"] for i in (2, 3)] == [0, 10]
+    assert [results[i]["balance"] for i in (4, 5, 7, 8, 10, 11, 12)] == [-10, 0, 15, -10, 5, 30, 30]
+    assert (results[6]["settled_debt"], results[6]["retained"]) == (0, 25)
+    assert (results[9]["settled_debt"], results[9]["retained"]) == (10, 5)

@@ -116,6 +116,7 @@ def test_regression_and_unknown_account(server: ServerProcess, http: httpx.Clien
         "balance": 10,
         "available": 10,
         "debt": 0,
+        "resource": None,
     }
     r = http.get(_url(server, "nobody", "balance"), params={"timestamp": 1})
     assert r.status_code == 404
@@ -209,11 +210,14 @@ def _snapshot(http: httpx.Client, server: ServerProcess, account: str) -> JsonOb
         assert r.status_code == 200, r.text
         details.append(r.json())
     assert http.get(_url(server, account, "grants/5")).status_code == 404
+    listed = http.get(f"{server.base_url}/v1/accounts", params={"prefix": account})
+    assert listed.status_code == 200, listed.text
     return {
         "balance": _balance(http, server, account),
         "ledger": _ledger(http, server, account),
         "grants": grants.json(),
         "grant_details": details,
+        "listed": listed.json(),
     }
 
 
@@ -253,6 +257,7 @@ def test_state_and_idempotency_keys_survive_a_graceful_restart(
         "balance": 30,
         "available": 30,
         "debt": 0,
+        "resource": None,
     }
     assert [e["kind"] for e in before["ledger"]] == [
         "grant",
@@ -267,6 +272,7 @@ def test_state_and_idempotency_keys_survive_a_graceful_restart(
         (3, 25),
         (4, 5),
     ]
+    assert before["listed"] == {"accounts": [before["balance"]], "next_after": None}
 
     second = ServerProcess(data_dir)
     second.start()

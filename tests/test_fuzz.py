@@ -11,7 +11,7 @@ successful requests without the key and with a made-up one).
 
 Budget: at most ``MAX_EXAMPLES`` generated requests per operation, generation mode and
 set-up, i.e. 3 set-ups x (every /v1 operation x 2 modes + /healthz positive) x MAX_EXAMPLES
-(with the 7 /v1 operations of the file today: 45 runs, at most 2,700 requests, ~40 s), plus
+(with the 8 /v1 operations of the file today: 51 runs, at most 3,060 requests, ~40 s), plus
 the probes schemathesis sends to check that authentication is enforced.
 """
 
@@ -160,6 +160,13 @@ def test_responses_conform_to_the_committed_openapi_file(
     @hypothesis.given(case=bound.as_strategy(generation_mode=mode))
     def fuzz(case: schemathesis.Case[Operation]) -> None:
         headers = dict(target.headers)
+        if target.schema.is_security_param_negated(case):
+            # Sent as generated, without the key or with the mangled one: adding the set-up's
+            # key back would undo the negation, and the checks would judge a request that was
+            # not sent (its other negations may vanish on the wire, such as an undeclared
+            # query parameter whose value is an empty list; listAccounts, which needs no
+            # parameter, then rightly answers 200).
+            headers = {}
         response = case.call(headers=headers)
         statuses.append(response.status_code)
         case.validate_response(

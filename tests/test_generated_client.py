@@ -41,6 +41,8 @@ class Generated:
     consume_credits: Any
     get_balance: Any
     list_ledger_entries: Any
+    list_accounts: Any
+    void_grant: Any
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +88,8 @@ def gen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Generated]:
             consume_credits=importlib.import_module(f"{api}.consume_credits"),
             get_balance=importlib.import_module(f"{api}.get_balance"),
             list_ledger_entries=importlib.import_module(f"{api}.list_ledger_entries"),
+            list_accounts=importlib.import_module(f"{api}.list_accounts"),
+            void_grant=importlib.import_module(f"{api}.void_grant"),
         )
     finally:
         sys.path.remove(str(out_root))
@@ -154,6 +158,34 @@ def test_spec_example_through_generated_client(
     }
     assert [type(e) for e in page.entries] == [models[e["kind"]] for e in example.ledger()]
     assert [e.to_dict() for e in page.entries] == example.ledger()
+
+
+def test_accounts_through_generated_client(gen: Generated, client: Any) -> None:
+    """listAccounts: pages of BalanceResponse items, followed through next_after."""
+    for account, amount in (("gen-list:c", 3), ("gen-list:a", 1), ("gen-list:b", 2)):
+        _grant(gen, client, account, amount, 4, 50)
+    page = gen.list_accounts.sync(client=client, prefix="gen-list:", limit=2)
+    assert isinstance(page, gen.models.AccountPage), page
+    assert all(isinstance(a, gen.models.BalanceResponse) for a in page.accounts)
+    assert [a.to_dict() for a in page.accounts] == [
+        {
+            "account_id": f"gen-list:{name}",
+            "timestamp": 4,
+            "balance": figure,
+            "available": figure,
+            "debt": 0,
+            "resource": None,
+        }
+        for name, figure in (("a", 1), ("b", 2))
+    ]
+    assert page.next_after == "gen-list:b"
+    last = gen.list_accounts.sync(client=client, prefix="gen-list:", after=page.next_after)
+    assert isinstance(last, gen.models.AccountPage), last
+    assert [a.account_id for a in last.accounts] == ["gen-list:c"]
+    assert last.next_after is None
+    response = gen.list_accounts.sync_detailed(client=client, limit=0)
+    assert response.status_code == 422
+    assert isinstance(response.parsed, gen.models.Problem), response.content
 
 
 def test_errors_parse_as_problem(gen: Generated, client: Any) -> None:
@@ -270,3 +302,52 @@ def test_batch_through_generated_client(gen: Generated, client: Any) -> None:
     page = gen.list_ledger_entries.sync(account_id=acct, client=client)
     assert isinstance(page, m.LedgerPage), page
     assert [e.sequence for e in page.entries] == [1, 2, 3, 4, 5]
+
+
+def test_example_3_and_a_void_through_generated_client(gen: Generated, client: Any) -> None:
+    """SPEC section 5's Example 3, then a void (section 7), as a client generated from the
+    committed document sends them."""
+    m, acct = gen.models, "gen-example-3"
+
+    def grant(amount: int, ts: int, expiry: int, resources: list[str] | None = None) -> Any:
+        body = m.GrantRequest(amount=amount, timestamp=ts, expiry=expiry)
+        if resources is not None:
+            body = m.GrantRequest(amount=amount, timestamp=ts, expiry=expiry, resources=resources)
+        parsed = gen.grant_credits.sync(account_id=acct, client=client, body=body)
+        assert isinstance(parsed, m.GrantResponse), parsed
+        return parsed
+
+    def consume(amount: int, ts: int, resource: str) -> Any:
+        body = m.ConsumeRequest(amount=amount, timestamp=ts, resource=resource)
+        parsed = gen.consume_credits.sync(account_id=acct, client=client, body=body)
+        assert isinstance(parsed, m.ConsumeResponse), parsed
+        return parsed
+
+    def balance(ts: int, resource: str | None = None) -> int:
+        kwargs: dict[str, Any] = {} if resource is None else {"resource": resource}
+        parsed = gen.get_balance.sync(account_id=acct, client=client, timestamp=ts, **kwargs)
+        assert isinstance(parsed, m.BalanceResponse), parsed
+        return int(parsed.balance)
+
+    assert grant(100, 0, 50, ["h100"]).resources == ["h100"]
+    grant(40, 0, 30)
+    assert consume(30, 1, "a100").debt == 0
+    assert consume(120, 2, "h100").debt == 10
+    assert (balance(3), balance(3, "a100")) == (-10, 0)
+    assert grant(25, 4, 60, ["a100"]).retained == 25
+    assert (balance(5), balance(5, "h100")) == (15, -10)
+    assert grant(15, 6, 70).settled_debt == 10
+    assert (balance(6, "h100"), balance(6, "a100"), balance(6)) == (5, 30, 30)
+
+    voided = gen.void_grant.sync(
+        account_id=acct, grant_id=3, client=client, body=m.VoidRequest(timestamp=7)
+    )
+    assert isinstance(voided, m.VoidResponse), voided
+    assert (voided.amount, voided.available, voided.debt) == (25, 5, 0)
+    again = gen.void_grant.sync_detailed(
+        account_id=acct, grant_id=3, client=client, body=m.VoidRequest(timestamp=8)
+    )
+    assert again.status_code == 409
+    assert isinstance(again.parsed, m.Problem), again.content
+    page = gen.list_ledger_entries.sync(account_id=acct, client=client)
+    assert isinstance(page.entries[-1], m.VoidEntry), page.entries[-1]

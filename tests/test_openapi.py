@@ -28,11 +28,13 @@ OPERATION_IDS = {
     "listGrants",
     "getGrant",
     "listLedgerEntries",
+    "listAccounts",
     "getHealth",
     "applyBatch",
+    "voidGrant",
 }
 # getBalance is not here: reads are safe (SPEC section 3), a read before the clock is as-of.
-WITH_409 = {"grantCredits", "consumeCredits", "applyBatch"}
+WITH_409 = {"grantCredits", "consumeCredits", "applyBatch", "voidGrant"}
 
 
 @pytest.fixture
@@ -105,8 +107,10 @@ def test_operations_are_at_their_paths(served: dict[str, Any]) -> None:
         "listGrants": ("get", "/v1/accounts/{account_id}/grants"),
         "getGrant": ("get", "/v1/accounts/{account_id}/grants/{grant_id}"),
         "listLedgerEntries": ("get", "/v1/accounts/{account_id}/ledger"),
+        "listAccounts": ("get", "/v1/accounts"),
         "getHealth": ("get", "/healthz"),
         "applyBatch": ("post", "/v1/batch"),
+        "voidGrant": ("post", "/v1/accounts/{account_id}/grants/{grant_id}/void"),
     }
 
 
@@ -142,7 +146,7 @@ def test_success_responses_are_json_with_a_schema(served: dict[str, Any]) -> Non
 
 def test_request_bodies_have_examples(served: dict[str, Any]) -> None:
     with_body = {op["operationId"]: op for _, _, op in operations(served) if "requestBody" in op}
-    assert set(with_body) == {"grantCredits", "consumeCredits", "applyBatch"}
+    assert set(with_body) == {"grantCredits", "consumeCredits", "applyBatch", "voidGrant"}
     for operation_id, op in with_body.items():
         assert op["requestBody"]["required"] is True, operation_id
         media = op["requestBody"]["content"]["application/json"]
@@ -154,16 +158,19 @@ def test_request_bodies_have_examples(served: dict[str, Any]) -> None:
 
 def test_request_examples_are_valid_requests(served: dict[str, Any]) -> None:
     ops = by_id(served)
+    labels = {"name", "metadata", "resources", "resource"}  # optional, not integers
     for operation_id, members in (
         ("grantCredits", {"amount", "timestamp", "expiry"}),
         ("consumeCredits", {"amount", "timestamp"}),
+        ("voidGrant", {"timestamp"}),
     ):
         examples = ops[operation_id]["requestBody"]["content"]["application/json"]["examples"]
         for name, example in examples.items():
             value = example["value"]
-            assert set(value) == members, (operation_id, name)
-            assert all(type(v) is int and v >= 0 for v in value.values()), (operation_id, name)
-            assert value["amount"] >= 1, (operation_id, name)
+            assert members <= set(value) <= members | labels, (operation_id, name)
+            figures = [v for k, v in value.items() if k in members]
+            assert all(type(v) is int and v >= 0 for v in figures), (operation_id, name)
+            assert value.get("amount", 1) >= 1, (operation_id, name)
             if "expiry" in value:
                 assert value["expiry"] > value["timestamp"], (operation_id, name)
 
@@ -192,6 +199,7 @@ def test_other_documented_errors(served: dict[str, Any]) -> None:
             "getGrant",
             "listLedgerEntries",
             "applyBatch",  # an atomic batch aborted by a read of an unknown account
+            "voidGrant",
         }
         assert ("404" in statuses) == reads_account, operation_id
         assert "503" in statuses, operation_id
@@ -211,6 +219,16 @@ def test_parameters_are_bounded(served: dict[str, Any]) -> None:
     (timestamp,) = [p for p in ops["getBalance"]["parameters"] if p["name"] == "timestamp"]
     assert timestamp["in"] == "query"
     assert timestamp["required"] is False
+    listing = {p["name"]: p for p in ops["listAccounts"]["parameters"]}
+    assert set(listing) == {"prefix", "after", "limit"}
+    for name in ("prefix", "after"):
+        assert listing[name]["in"] == "query"
+        assert listing[name]["required"] is False
+        schema = listing[name]["schema"]
+        assert schema["maxLength"] == 128, name
+        assert schema["pattern"] == "^([A-Za-z0-9][A-Za-z0-9._:-]{0,127})?$", name
+    assert listing["limit"]["schema"]["minimum"] == 1
+    assert listing["limit"]["schema"]["maximum"] == 1000
 
 
 def _refs(node: Any) -> Iterator[str]:

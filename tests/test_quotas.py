@@ -80,7 +80,9 @@ async def test_a_failed_first_write_gives_its_account_back(ledger: Ledger) -> No
     ledger.configure_tenants({TEAM_A: quota(accounts=1)}, {})
     with pytest.raises(ValueError, match="expiry"):
         await ledger.grant("team-a:x", 5, 10, 10)  # refused: the account is not kept
+    assert (await ledger.accounts("", "", 10)).accounts == []
     await ledger.grant("team-a:y", 5, 0, 10)  # so the tenant's one account is still free
+    assert [v.account_id for v in (await ledger.accounts("", "", 10)).accounts] == ["team-a:y"]
 
 
 async def test_live_grants_are_counted_per_tenant_and_released(ledger: Ledger) -> None:
@@ -283,6 +285,11 @@ async def test_account_quota_on_every_backend(app: FastAPI, client: httpx.AsyncC
     assert (await client.get("/v1/accounts/team-a:4/balance")).status_code == 404
     r = await client.post("/v1/accounts/team-a:0/grants", json={**body, "timestamp": 1})
     assert r.status_code == 201, r.text
+    # The accounts the refused writes would have made are nowhere, not even in the list.
+    r = await client.get("/v1/accounts")
+    assert r.status_code == 200, r.text
+    listed = [a["account_id"] for a in r.json()["accounts"]]
+    assert listed == ["team-a:0", "team-a:1", "team-a:2", "team-b:0"]
 
 
 async def test_a_postgres_process_caches_at_most_max_live_grants(

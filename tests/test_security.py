@@ -323,6 +323,7 @@ def test_missing_key_is_401_with_a_challenge(secured: Secured) -> None:
         assert_unauthenticated(http.post(grants_url("team-a:x"), json=GRANT_BODY))
         assert_unauthenticated(http.get(balance_url("team-a:x")))
         assert_unauthenticated(http.get(ledger_url("team-a:x")))
+        assert_unauthenticated(http.get("/v1/accounts"))
         # nothing was created by the refused grant
         assert http.get(balance_url("team-a:x"), headers=secured.admin.bearer).status_code == 404
 
@@ -383,6 +384,7 @@ def test_wrong_scope_is_403(secured: Secured) -> None:
             http.get(balance_url(account), headers=secured.granter.bearer),
             http.get(ledger_url(account), headers=secured.consumer.bearer),
             http.get(grants_url(account), headers=secured.granter.bearer),
+            http.get("/v1/accounts", headers=secured.consumer.bearer),
         ]
         for response in attempts:
             body = assert_problem(response, 403)

@@ -9,7 +9,7 @@ import asyncio
 import hashlib
 import random
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -147,6 +147,47 @@ async def test_batches_hold_every_account_and_commit_together(ledger: Ledger) ->
     assert replay.body == encode_answer(outcome).body
 
 
+async def test_listings_during_account_creation_show_only_accounts_that_exist(
+    ledger: Ledger,
+) -> None:
+    """Accounts made (and refused) while accounts are listed: every page is in byte order
+    and holds only accounts whose write succeeds, each with that write's figures; once the
+    writes are done, every one of them is listed."""
+
+    async def make(i: int) -> str | None:
+        account_id = f"acct-{i:02d}"
+        if i % 4 == 3:
+            with pytest.raises(ValueError, match="expiry"):
+                await ledger.grant(account_id, i + 1, 5, 5)  # refused: expiry not after
+            return None
+        await ledger.grant(account_id, i + 1, 5, 50)
+        return account_id
+
+    async def listing() -> list[tuple[str, int]]:
+        page = await ledger.accounts("acct-", "", 1000)
+        assert page.next_after is None
+        return [(v.account_id, v.available) for v in page.accounts]
+
+    tasks: list[Awaitable[object]] = [make(i) for i in range(40)]
+    for position in range(0, 40, 4):
+        tasks.insert(position, listing())
+    results = await asyncio.gather(*tasks)
+    made = sorted(r for r in results if isinstance(r, str))
+    assert len(made) == 30
+    for result in results:
+        if isinstance(result, list):
+            ids = [account_id for account_id, _ in result]
+            assert ids == sorted(ids)
+            assert set(ids) <= set(made)
+            assert all(available == int(a[-2:]) + 1 for a, available in result)
+    final = await ledger.accounts("", "", 1000)
+    assert [v.account_id for v in final.accounts] == made
+    page = await ledger.accounts("acct-", "acct-10", 5)
+    assert made[8] == "acct-10"
+    assert [v.account_id for v in page.accounts] == made[9:14]  # strictly after the cursor
+    assert page.next_after == made[13]
+
+
 class FailingStore(MemoryStore):
     """A journal whose commits fail once ``fail`` is set."""
 
@@ -177,7 +218,8 @@ async def test_an_embedded_journal_that_fails_stops_the_service() -> None:
     assert not ledger.healthy
     assert not await ledger.ready()
     store.fail = False
-    for attempt in (ledger.grant("a", 1, 2, 10), ledger.balance("a", None)):
+    attempts = (ledger.grant("a", 1, 2, 10), ledger.balance("a", None), ledger.accounts("", "", 9))
+    for attempt in attempts:
         with pytest.raises(ServiceUnavailable, match="restart required"):
             await attempt
     await ledger.close()

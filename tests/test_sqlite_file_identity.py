@@ -263,6 +263,7 @@ def test_a_vanished_database_is_noticed_within_seconds(
     assert str(data / DB_NAME) in r.json()["detail"]
     # Reads answer 503 too: the service looks unhealthy as a whole, it does not half-serve.
     assert httpx.get(f"{first.base_url}/v1/accounts/a/balance").status_code == 503
+    assert httpx.get(f"{first.base_url}/v1/accounts").status_code == 503
     errors = storage_errors_logged(first.log())
     assert len(errors) == 1, first.log()
     assert str(data / DB_NAME) in errors[0]

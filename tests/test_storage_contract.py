@@ -27,13 +27,16 @@ import asyncpg
 import pytest
 
 from app.domain import LiveGrant
+from app.storage import postgres as pg_backend
 from app.storage import rows
+from app.storage import sqlite as sqlite_backend
 from app.storage.base import (
     AccountRow,
     Change,
     ConsumptionEntry,
     EmbeddedJournal,
     Entry,
+    GrantEntry,
     IdempotencyRecord,
     LoadedAccount,
     LoadedState,
@@ -97,6 +100,15 @@ def _broken_changes() -> dict[str, list[Change]]:
 
 
 BROKEN = _broken_changes()
+# Account ids whose byte order differs from a natural-language collation's.
+EDGE_IDS = [
+    "team-a:x", "A", "team-a-", "a", "team-a:", "team-a_x", "team-ab", "a0", "Z", "0",
+    "team-a.", "team-a:1", "aA", "team-a-x", "b", "a:b", "a.b", "B",
+]  # fmt: skip
+EDGE_IDS_IN_BYTE_ORDER = [
+    "0", "A", "B", "Z", "a", "a.b", "a0", "a:b", "aA", "b",
+    "team-a-", "team-a-x", "team-a.", "team-a:", "team-a:1", "team-a:x", "team-a_x", "team-ab",
+]  # fmt: skip
 
 
 class StorageContract(Generic[S]):
@@ -136,6 +148,8 @@ class StorageContract(Generic[S]):
         assert await store.read_totals_at("acme", 5) == (0, 0)
         assert await store.read_idempotency("acme", "g-1") is None
         assert await store.read_idempotency_body("acme", "g-1") is None
+        assert await store.read_accounts("", "", 10) == []
+        assert await store.read_accounts("acme", "", 10) == []
         assert await store.migrate() == []  # open applied them
 
     # -- what is written reads back --------------------------------------------------------
@@ -160,6 +174,19 @@ class StorageContract(Generic[S]):
         assert await store.read_grant_entry("acme", 4) is None
         assert await store.read_grant_entry("bat", 2) is None
 
+    async def test_grant_entries_are_read_many_at_once_with_their_labels(self, store: S) -> None:
+        await self.write_all(store)
+        labelled = GrantEntry(3, 4, 13, 0, 2, 10, 50, 0, 10, "pool ✓", {"k": "v\nw", "e": ""})
+        change = Change(AccountRow("bat", 4, 0, 3, 4), [LiveGrant(2, 50, 10)], [], [labelled])
+        await self.write(store, [change])
+        assert await store.read_grant_entries("bat", [2, 1, 7]) == {
+            1: data.ENTRIES["bat"][0],
+            2: labelled,
+        }
+        assert await store.read_grant_entries("bat", []) == {}
+        assert await store.read_grant_entries("nobody", [1]) == {}
+        assert await store.read_entries("bat", 2, 5) == [labelled]
+
     async def test_idempotency_keys_are_per_scope(self, store: S) -> None:
         await self.write_all(store)
         assert await store.read_idempotency("bat", "b-1") is None  # the batch's scope only
@@ -178,6 +205,67 @@ class StorageContract(Generic[S]):
         assert await store.read_idempotency("acme", "c-1") == data.record("c-1", NOW_S)
         assert await store.prune_idempotency(NOW_S - 50) == 0
 
+    # -- listing accounts --------------------------------------------------------------------
+
+    async def test_accounts_are_listed_by_prefix_after_a_cursor(self, store: S) -> None:
+        await self.write_all(store)
+        acme, bat, team = (data.account_row(a) for a in ("acme", "bat", "team-b:1"))
+        cases: list[tuple[str, str, int, list[AccountRow]]] = [
+            ("", "", 10, [acme, bat, team]),
+            ("", "", 2, [acme, bat]),  # at most limit
+            ("", "", 1, [acme]),
+            ("", "bat", 10, [team]),  # strictly after the cursor
+            ("", "b", 10, [bat, team]),  # a cursor need not be an account
+            ("", "team-b:1", 10, []),
+            ("team-b:", "", 10, [team]),
+            ("team-b:1", "", 10, [team]),  # a prefix may be a whole id
+            ("team-b:10", "", 10, []),
+            ("a", "", 10, [acme]),
+            ("a", "acme", 10, []),
+            ("b", "a", 10, [bat]),  # a cursor before the prefix's range
+            ("acme", "zzz", 10, []),  # a cursor past it
+            ("nobody", "", 10, []),
+        ]
+        for prefix, after, limit, expected in cases:
+            assert await store.read_accounts(prefix, after, limit) == expected, (prefix, after)
+
+    async def test_accounts_are_listed_in_byte_order(self, store: S) -> None:
+        """Byte order of the id, whatever the database's collation: upper case before lower
+        case, and a prefix takes exactly the ids that start with it (``team-a:`` is not
+        ``team-a-``, ``a`` is not ``A``)."""
+        await self.write(store, [data.first_grant(a) for a in EDGE_IDS])
+
+        async def ids(prefix: str, after: str = "", limit: int = 100) -> list[str]:
+            return [r.account_id for r in await store.read_accounts(prefix, after, limit)]
+
+        assert await ids("") == EDGE_IDS_IN_BYTE_ORDER
+        assert sorted(EDGE_IDS, key=lambda a: a.encode()) == EDGE_IDS_IN_BYTE_ORDER
+        assert await ids("a") == ["a", "a.b", "a0", "a:b", "aA"]
+        assert await ids("A") == ["A"]
+        assert await ids("team-a:") == ["team-a:", "team-a:1", "team-a:x"]
+        assert await ids("team-a-") == ["team-a-", "team-a-x"]
+        assert await ids("team-a") == [
+            "team-a-",
+            "team-a-x",
+            "team-a.",
+            "team-a:",
+            "team-a:1",
+            "team-a:x",
+            "team-a_x",
+            "team-ab",
+        ]
+        assert await ids("team-a:", after="team-a-x") == ["team-a:", "team-a:1", "team-a:x"]
+        assert await ids("team-a:", after="team-a:") == ["team-a:1", "team-a:x"]
+        assert await ids("", after="Z") == EDGE_IDS_IN_BYTE_ORDER[4:]
+        for limit in (1, 2, 3, 7):
+            pages: list[str] = []
+            after = ""
+            while page := await ids("", after, limit):
+                assert len(page) <= limit
+                pages += page
+                after = page[-1]
+            assert pages == EDGE_IDS_IN_BYTE_ORDER, limit
+
     # -- all or nothing ----------------------------------------------------------------------
 
     async def test_a_group_the_database_refuses_leaves_nothing(self, store: S) -> None:
@@ -191,6 +279,7 @@ class StorageContract(Generic[S]):
             await self.write(store, [data.groups(NOW_S)[2][0], clash])
         assert await store.read_account_state("team-b:1") is None
         assert await store.read_entries("team-b:1", 0, 10) == []
+        assert [r.account_id for r in await store.read_accounts("", "", 10)] == ["acme"]
         assert await store.read_entries("acme", 0, 10) == data.ENTRIES["acme"][:2]
         state = await store.read_account_state("acme")
         assert state is not None
@@ -207,6 +296,7 @@ class StorageContract(Generic[S]):
             assert await store.read_account_state(account_id) is None
             assert await store.read_entries(account_id, 0, 10) == []
         assert await store.read_idempotency("acme", "g-1") is None
+        assert await store.read_accounts("", "", 10) == []
         await self.assert_refuses_writes_after_a_failure(store)
 
     def assert_loaded(self, loaded: LoadedState) -> None:
@@ -292,6 +382,22 @@ class TestSqliteStore(EmbeddedContract, DurableContract[EmbeddedJournal]):
     def make_store(self, tmp_path: Path) -> Callable[[], EmbeddedJournal]:
         return lambda: SqliteStore(tmp_path / "ledger.sqlite3")
 
+    async def test_listing_accounts_is_a_primary_key_range(
+        self, store: EmbeddedJournal, tmp_path: Path
+    ) -> None:
+        """Bounded work per page: a range of the primary key read in order (no scan of
+        every account, no sort)."""
+        with sqlite3.connect(tmp_path / "ledger.sqlite3") as db:
+            plan = " | ".join(
+                r[3]
+                for r in db.execute(
+                    f"EXPLAIN QUERY PLAN {sqlite_backend.ACCOUNTS_RANGE}",
+                    ("", "team-a:", "team-a:\x7f", 10),
+                )
+            )
+        assert "SEARCH accounts USING PRIMARY KEY (account_id>? AND account_id<?)" in plan, plan
+        assert "TEMP B-TREE" not in plan, plan
+
 
 class TransactionalContract(StorageContract[TransactionalStore]):
     # The database's own refusal; AssertionError when the group's checks refuse it first.
@@ -317,12 +423,64 @@ class TransactionalContract(StorageContract[TransactionalStore]):
     def assert_loaded(self, loaded: LoadedState) -> None:
         assert loaded == LoadedState()  # the service reads accounts under their row locks
 
+    async def test_account_states_are_listed_with_their_available_credits(
+        self, store: TransactionalStore
+    ) -> None:
+        await self.write_all(store)
+        states = await store.read_account_states("", "", 10)
+        assert [(s.account_id, s.clock, s.available, s.debt) for s in states] == [
+            ("acme", 15, 15, 0),
+            ("bat", 3, 3, 0),
+            ("team-b:1", 9, 9, 0),
+        ]
+        assert all(s.version >= 1 for s in states)
+        assert await store.read_account_states("b", "", 10) == states[1:2]
+        assert await store.read_account_states("", "acme", 1) == states[1:2]
+
+    async def test_an_account_being_created_is_not_listed(self, store: TransactionalStore) -> None:
+        """A transaction that may create an account holds a placeholder row until it
+        commits: nobody lists it meanwhile, and nobody ever does if it is not used."""
+        await self.write_all(store)
+        listed = [data.account_row(a) for a in data.ACCOUNTS]
+        async with store.transaction() as tx:
+            assert set(await tx.create_accounts(["ant", "zed"])) == {"ant", "zed"}
+            assert await store.read_accounts("", "", 10) == listed  # another connection
+            await tx.settle_accounts(0, ["ant", "zed"])
+        assert await store.read_accounts("", "", 10) == listed
+
 
 class TestPostgresStore(TransactionalContract, DurableContract[TransactionalStore]):
+    """On a database whose default collation is ICU's en-US, not byte order (``a`` before
+    ``A``): the listing must not depend on the database's collation."""
+
     @pytest.fixture
-    def make_store(self, postgres_url: PostgresServer) -> Callable[[], TransactionalStore]:
-        url = postgres_url.create_database(f"contract_{uuid.uuid4().hex[:16]}")
+    def url(self, postgres_url: PostgresServer) -> str:
+        return postgres_url.create_database(f"contract_{uuid.uuid4().hex[:16]}", "en-US")
+
+    @pytest.fixture
+    def make_store(self, url: str) -> Callable[[], TransactionalStore]:
         return lambda: PostgresStore(url, 1, 4)
+
+    async def test_listing_accounts_is_an_index_range(
+        self, store: TransactionalStore, url: str
+    ) -> None:
+        """Bounded work per page: a range of ``accounts_by_prefix`` read in order (no scan
+        of every account, no sort). Sequential and bitmap scans are disabled: on a table this
+        small the planner rightly prefers them, and what is checked is that the index serves
+        the range in the order asked for."""
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute("SET enable_seqscan = off; SET enable_bitmapscan = off")
+            plan = "\n".join(
+                r[0]
+                for r in await conn.fetch(
+                    f"EXPLAIN {pg_backend.ACCOUNTS_RANGE}", "", "team-a:", "team-a:\x7f", 10
+                )
+            )
+        finally:
+            await conn.close()
+        assert "Index Scan using accounts_by_prefix on accounts" in plan, plan
+        assert "Sort" not in plan, plan
 
 
 # -- one schema --------------------------------------------------------------------------------

@@ -52,10 +52,12 @@ RELEASED: dict[tuple[str, int], str] = {
     ("sqlite", 1): "e13ad805945626753febf3a0d3c973fd1f50146f69d9d72adbc572b16c355596",
     ("sqlite", 2): "04dd3b902cbc1a8784da318acfba280daf6d435b061cbe1baa5ebb9192ceff24",
     ("sqlite", 3): "d7ebe03c38b575c30f81ea850f9e8acc2550783bb7c938a70f499e8bfaa22146",
+    ("sqlite", 4): "2b9b273eec73d4848e88bf83541f7a3110119ec09b6768ec52876d02bfc3ff4e",
     ("postgres", 1): "3bc9fa44c7a2add5bb12a47d9b070fe70b395ce33dab39b0ea187be321e1bc53",
     ("postgres", 2): "d9e88a25920c2bedae5f2622e3fcb086d72941bc20791a183f91239625639a77",
     ("postgres", 3): "553ebc7c77129cde4180865988a1c292a6ff7259e83f330ee15d102b44092baa",
     ("postgres", 4): "f0df8158267e33764f1fab5b6b34494168ffeee6b421cc9d117bf02e01779551",
+    ("postgres", 5): "98a9f96a5ed359c66c3d0bcbb9ef47979cfbf101baeb3f5ed95606862c078ac1",
 }
 
 # -- the release before versioned SQLite migrations (schema 1 in ``meta``) ------------------
@@ -365,11 +367,21 @@ async def assert_answers_as_before(client: httpx.AsyncClient) -> None:
         "balance": 15,
         "available": 15,
         "debt": 0,
+        "resource": None,
     }
     as_of = await client.get("/v1/accounts/acme/balance", params={"timestamp": 6})
     assert (as_of.json()["available"], as_of.json()["debt"]) == (30, 0)
     grants = (await client.get("/v1/accounts/team-b:1/grants")).json()
-    assert grants["grants"] == [{"grant_id": 2, "expiry": 20, "remaining": 9}]
+    assert grants["grants"] == [
+        {
+            "grant_id": 2,
+            "expiry": 20,
+            "remaining": 9,
+            "resources": None,
+            "name": None,
+            "metadata": None,
+        }
+    ]
     grant = (await client.get("/v1/accounts/acme/grants/3")).json()
     assert (grant["amount"], grant["remaining"]) == (25, 15)
     for account_id in data.ACCOUNTS:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from app.domain import LiveGrant
+from app.domain import Debt, LiveGrant
 from app.storage import rows
 from app.storage.base import AccountRow, Change
 from tests import storage_dataset as data
@@ -27,9 +27,9 @@ def test_encode_writes_each_account_once_with_its_newest_row() -> None:
     encoded = rows.encode(group)
     assert list(encoded.accounts) == ["acme", "team-b:1", "bat"]  # first touched first
     assert encoded.account_values() == [
-        ("acme", 15, 0, 4, 6),
-        ("team-b:1", 9, 0, 3, 4),
-        ("bat", 3, 0, 2, 3),
+        ("acme", 15, 0, 4, 6, None),
+        ("team-b:1", 9, 0, 3, 4, None),
+        ("bat", 3, 0, 2, 3, None),
     ]
 
 
@@ -37,9 +37,9 @@ def test_encode_keeps_only_the_live_grants_alive_at_the_end_and_deletes_the_rest
     encoded = rows.encode([c for g in data.groups(NOW_S) for c in g])
     # acme's grant 2 was upserted twice, then used up: deleted, never written.
     assert sorted(encoded.live_grant_upserts) == [
-        ("acme", 3, 40, 15),
-        ("bat", 1, 6, 3),  # upserted twice in the group: the newest remaining
-        ("team-b:1", 2, 20, 9),
+        ("acme", 3, 40, 15, None),
+        ("bat", 1, 6, 3, None),  # upserted twice in the group: the newest remaining
+        ("team-b:1", 2, 20, 9, None),
     ]
     assert sorted(encoded.live_grant_deletes) == [("acme", 1), ("acme", 2), ("team-b:1", 1)]
 
@@ -67,7 +67,7 @@ def test_a_change_without_entries_only_moves_its_row() -> None:
     row = AccountRow("a", clock=0, debt=0, next_grant_id=2, next_sequence=1)
     encoded = rows.encode([Change(row, upserted_live_grants=[LiveGrant(1, 10, 1)])])
     assert encoded.entries == []
-    assert encoded.live_grant_upserts == [("a", 1, 10, 1)]
+    assert encoded.live_grant_upserts == [("a", 1, 10, 1, None)]
     moved = AccountRow("a", clock=0, debt=0, next_grant_id=2, next_sequence=2)
     with pytest.raises(AssertionError, match="where the previous change's ended"):
         rows.check_changes([Change(row), Change(moved)])
@@ -79,3 +79,16 @@ def test_clocks_and_entry_times_never_go_back_within_a_group() -> None:
         rows.check_changes([second, Change(AccountRow("acme", 0, 0, 3, 3))])
     with pytest.raises(AssertionError):
         rows.check_changes([second, first])
+
+
+def test_classes_and_the_debt_queue_are_kept_as_json_and_read_back() -> None:
+    debts = (Debt("h100", 5), Debt(None, 3))
+    row = AccountRow("a", clock=1, debt=8, next_grant_id=2, next_sequence=1, debts=debts)
+    live = LiveGrant(1, 10, 4, ("a100", "h100"))
+    encoded = rows.encode([Change(row, upserted_live_grants=[live])])
+    assert encoded.account_values() == [("a", 1, 8, 2, 1, '[["h100",5],[null,3]]')]
+    assert encoded.live_grant_upserts == [("a", 1, 10, 4, '["a100","h100"]')]
+    assert rows.debts_of(encoded.account_values()[0][5]) == debts
+    assert rows.classes_of(encoded.live_grant_upserts[0][4]) == ("a100", "h100")
+    assert rows.debts_of(None) == ()
+    assert rows.classes_of(None) is None

@@ -42,7 +42,15 @@ from app.service.idempotency import BATCH_SCOPE, Idempotency, api_key_of_scope
 from app.service.journal import AccountState, AsOfRead, Totals, grant_view_of
 from app.service.limits import Limits
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
-from app.storage.base import Change, EmbeddedJournal, Entry, IdempotencyRecord, StorageError
+from app.storage.base import (
+    Change,
+    EmbeddedJournal,
+    Entry,
+    GrantEntry,
+    IdempotencyRecord,
+    StorageError,
+    VoidEntry,
+)
 
 # About ten full commit groups (app.storage.sqlite.MAX_CHANGES_PER_COMMIT): far more than a
 # healthy disk ever has queued, small enough that a stalled one cannot take the memory.
@@ -292,10 +300,12 @@ class EmbeddedPort:
 
     # -- reads -----------------------------------------------------------------------------
 
-    async def balance(self, account_id: str, timestamp: int | None) -> BalanceView:
+    async def balance(
+        self, account_id: str, timestamp: int | None, resource: str | None = None
+    ) -> BalanceView:
         slot = self._existing(account_id)
         async with slot.lock:
-            view = journal.read_balance(account_id, slot.state.tracker, timestamp)
+            view = journal.read_balance(account_id, slot.state.tracker, timestamp, resource)
             fut = slot.durable
         await self._await_durable(fut)
         if isinstance(view, AsOfRead):
@@ -305,14 +315,14 @@ class EmbeddedPort:
             return journal.totals_view(account_id, view.timestamp, totals)
         return view
 
-    async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrantView]]:
+    async def live_grants(
+        self, account_id: str, resource: str | None = None
+    ) -> tuple[BalanceView, list[LiveGrantView]]:
         slot = self._existing(account_id)
         async with slot.lock:
             tracker = slot.state.tracker
-            view = journal.view(account_id, tracker)
-            grants = [
-                LiveGrantView(b.grant_id, b.expiry, b.remaining) for b in tracker.live_grants()
-            ]
+            view = journal.view(account_id, tracker, resource)
+            grants = journal.live_grant_views(tracker, resource)
             fut = slot.durable
         await self._await_durable(fut)
         return view, grants
@@ -321,13 +331,18 @@ class EmbeddedPort:
         slot = self._existing(account_id)
         async with slot.lock:
             fut = slot.durable
-            remaining = 0
-            for live in slot.state.tracker.live_grants():
-                if live.grant_id == grant_id:
-                    remaining = live.remaining
+            live = slot.state.tracker.live_grant(grant_id)
+            remaining = 0 if live is None else live.remaining
         await self._await_durable(fut)
         entry = await self._store.read_grant_entry(account_id, grant_id)
         return grant_view_of(account_id, grant_id, entry, remaining)
+
+    async def grant_entries(
+        self, account_id: str, grant_ids: Sequence[int]
+    ) -> dict[int, GrantEntry]:
+        # Grant entries never change once written, and the grants asked about were listed
+        # after their entries were durable.
+        return await self._store.read_grant_entries(account_id, grant_ids)
 
     async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         slot = self._existing(account_id)
@@ -335,6 +350,28 @@ class EmbeddedPort:
             fut = slot.durable
         await self._await_durable(fut)
         return await self._store.read_entries(account_id, after_sequence, limit)
+
+    async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
+        """Which accounts exist, and their order, come from the store: it holds exactly the
+        accounts whose first write is committed, sorted (the registry is a dict, and also
+        holds accounts that requests in flight may yet fail to create). A write is
+        acknowledged only once committed, so an acknowledged account is always listed. The
+        figures come from the trackers, which every existing account has here, as a balance
+        read takes them; like one, the page waits until what it shows is durable. No lock is
+        taken: a tracker changes only between awaits, together with its submission."""
+        rows = await self._store.read_accounts(prefix, after, limit)
+        views: list[BalanceView] = []
+        waits: dict[int, asyncio.Future[None]] = {}
+        for row in rows:
+            slot = self._slots.get(row.account_id)
+            assert slot is not None, "an account, once committed, stays registered"
+            assert slot.state.exists
+            views.append(journal.view(row.account_id, slot.state.tracker))
+            if slot.durable is not None:
+                waits[id(slot.durable)] = slot.durable  # one per commit group
+        for fut in waits.values():
+            await self._await_durable(fut)
+        return views
 
     def _existing(self, account_id: str) -> _Slot:
         """The account for a read: reads never create one, so an unknown account is 404."""
@@ -427,6 +464,15 @@ class _EmbeddedUnitOfWork:
         # Entries submitted but not yet on disk are not in the store's answer: wait for them.
         await self._port._await_durable(self._slots[account_id].durable)
         return await self._port._store.read_totals_at(account_id, timestamp)
+
+    async def grant_record(
+        self, account_id: str, grant_id: int
+    ) -> tuple[GrantEntry | None, VoidEntry | None]:
+        await self._port._await_durable(self._slots[account_id].durable)
+        store = self._port._store
+        grant = await store.read_grant_entry(account_id, grant_id)
+        assert grant is None or isinstance(grant, GrantEntry)
+        return grant, await store.read_void_entry(account_id, grant_id)
 
     async def commit(self, changes: Sequence[Change], key: IdempotencyRecord | None) -> None:
         assert self.committed is None, "one commit per unit of work"

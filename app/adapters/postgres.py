@@ -37,7 +37,7 @@ from app.service.idempotency import Idempotency
 from app.service.journal import AccountState, Totals, grant_view_of
 from app.service.limits import Limits
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
-from app.storage.base import Change, Entry, IdempotencyRecord
+from app.storage.base import Change, Entry, GrantEntry, IdempotencyRecord, VoidEntry
 from app.storage.postgres import AccountState as RowState
 from app.storage.postgres import CommitOutcomeUnknown, PgTransaction, PostgresStore
 
@@ -221,7 +221,9 @@ class PostgresPort:
         for account_id in stale:
             row = rows[account_id]
             tracker = GPUCreditTracker.from_state(
-                TrackerState(row.clock, row.debt, row.next_grant_id, tuple(live[account_id])),
+                TrackerState(
+                    row.clock, row.debt, row.next_grant_id, tuple(live[account_id]), row.debts
+                ),
                 max_live_grants=self._limits.max_live_grants_per_account,
             )
             assert tracker.available == row.available, "state row and live grants disagree"
@@ -230,7 +232,15 @@ class PostgresPort:
 
     # -- reads: one committed snapshot each, no lock -----------------------------------------
 
-    async def balance(self, account_id: str, timestamp: int | None) -> BalanceView:
+    async def balance(
+        self, account_id: str, timestamp: int | None, resource: str | None = None
+    ) -> BalanceView:
+        if resource is not None:
+            # A class's figures need its live grants and debt: from one snapshot of them.
+            tracker = await self._snapshot(account_id)
+            view = journal.read_balance(account_id, tracker, timestamp, resource)
+            assert isinstance(view, BalanceView)  # a class is never read as of the past
+            return view
         if timestamp is None:
             state = await self._read(self._pg.read_account(account_id))
             if state is None:
@@ -241,22 +251,45 @@ class PostgresPort:
             raise AccountNotFound(account_id)
         return journal.totals_view(account_id, timestamp, found[1])
 
-    async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrantView]]:
+    async def live_grants(
+        self, account_id: str, resource: str | None = None
+    ) -> tuple[BalanceView, list[LiveGrantView]]:
+        tracker = await self._snapshot(account_id)
+        view = journal.view(account_id, tracker, resource)
+        return view, journal.live_grant_views(tracker, resource)
+
+    async def _snapshot(self, account_id: str) -> GPUCreditTracker:
+        """The account's tracker as one committed snapshot has it (not the cache: reads take
+        no lock). 404 for an unknown account."""
         state, live = await self._read(self._pg.read_live_grants(account_id))
         if state is None:
             raise AccountNotFound(account_id)
-        return _view_of(state), [LiveGrantView(b.grant_id, b.expiry, b.remaining) for b in live]
+        return GPUCreditTracker.from_state(
+            TrackerState(state.clock, state.debt, state.next_grant_id, tuple(live), state.debts),
+            max_live_grants=max(len(live), self._limits.max_live_grants_per_account),
+        )
 
     async def grant_view(self, account_id: str, grant_id: int) -> GrantView:
-        _, grants = await self.live_grants(account_id)  # 404 for an unknown account
-        remaining = next((g.remaining for g in grants if g.grant_id == grant_id), 0)
+        live = (await self._snapshot(account_id)).live_grant(grant_id)  # 404: unknown account
+        remaining = 0 if live is None else live.remaining
         entry = await self._read(self._pg.read_grant_entry(account_id, grant_id))
         return grant_view_of(account_id, grant_id, entry, remaining)
+
+    async def grant_entries(
+        self, account_id: str, grant_ids: Sequence[int]
+    ) -> dict[int, GrantEntry]:
+        return await self._read(self._pg.read_grant_entries(account_id, grant_ids))
 
     async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         if await self._read(self._pg.read_account(account_id)) is None:
             raise AccountNotFound(account_id)
         return await self._read(self._pg.read_entries(account_id, after_sequence, limit))
+
+    async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
+        """One committed snapshot of the account rows (placeholders of accounts being
+        created are not committed, so not listed), each at its clock from the row alone."""
+        states = await self._read(self._pg.read_account_states(prefix, after, limit))
+        return [_view_of(state) for state in states]
 
     async def _read(self, pending: Awaitable[_T]) -> _T:
         """Await a read; a database that is down is a 503, not a 500."""
@@ -345,6 +378,11 @@ class _PgUnitOfWork:
 
     async def history(self, account_id: str, timestamp: int) -> Totals:
         return await self._tx.read_totals_at(account_id, timestamp)
+
+    async def grant_record(
+        self, account_id: str, grant_id: int
+    ) -> tuple[GrantEntry | None, VoidEntry | None]:
+        return await self._tx.read_grant_record(account_id, grant_id)
 
     async def commit(self, changes: Sequence[Change], key: IdempotencyRecord | None) -> None:
         assert not self._settled, "one commit per unit of work"

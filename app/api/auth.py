@@ -2,9 +2,11 @@
 
 Who may do what:
 - ``credits:grant`` may POST grants; ``credits:consume`` may POST consumptions;
-  ``credits:read`` may read balances, live grants, one grant and the ledger. Reads never
-  change an account (SPEC section 3), so a read-only key cannot move an account's clock.
-- A key with an account prefix may touch only account ids that start with it.
+  ``credits:read`` may read balances, live grants, one grant and the ledger, and list
+  accounts. Reads never change an account (SPEC section 3), so a read-only key cannot move
+  an account's clock.
+- A key with an account prefix may touch only account ids that start with it, and lists
+  only those (``visible_prefix``).
 - ``/healthz`` and ``/openapi.json`` are public.
 
 When no key is configured, authentication is off; ``app.cli`` then refuses to listen on
@@ -175,3 +177,16 @@ def authorize(
         raise Forbidden(
             f"{where}the API key may only touch accounts starting with {record.account_prefix!r}"
         )
+
+
+def visible_prefix(record: KeyRecord | None, prefix: str) -> str | None:
+    """What a listing of the accounts starting with ``prefix`` may show the caller: the
+    accounts that start with both ``prefix`` and the key's account prefix. Two prefixes
+    either nest (the longer one then says it all) or exclude each other (None: no account
+    can start with both, so the answer is empty, not an error). With authentication off or
+    a key without a prefix, ``prefix`` itself."""
+    if record is None or prefix.startswith(record.account_prefix):
+        return prefix
+    if record.account_prefix.startswith(prefix):
+        return record.account_prefix
+    return None

@@ -23,6 +23,30 @@ GRANT_EXAMPLES: dict[str, Any] = {
         "summary": "SPEC Example 2: a grant that expires at t=5",
         "value": {"amount": 50, "timestamp": 0, "expiry": 5},
     },
+    "example3-h100-only": {
+        "summary": "SPEC Example 3: 100 credits valid on h100 only",
+        "value": {"amount": 100, "timestamp": 0, "expiry": 50, "resources": ["h100"]},
+    },
+    "example3-a100-only": {
+        "summary": "SPEC Example 3: 25 credits valid on a100 only (cannot settle h100 debt)",
+        "value": {"amount": 25, "timestamp": 4, "expiry": 60, "resources": ["a100"]},
+    },
+    "labelled": {
+        "summary": "A grant with a name and metadata (shown wherever the grant is)",
+        "value": {
+            "amount": 1000,
+            "timestamp": 0,
+            "expiry": 2_592_000,
+            "name": "Q3 research allocation",
+            "metadata": {"invoice": "INV-2026-0042", "team": "research"},
+        },
+    },
+}
+VOID_EXAMPLES: dict[str, Any] = {
+    "void": {
+        "summary": "Void a grant issued by mistake: what is left of it is removed at t=5",
+        "value": {"timestamp": 5},
+    },
 }
 CONSUME_EXAMPLES: dict[str, Any] = {
     "example1-draws-from-two-grants": {
@@ -37,6 +61,10 @@ CONSUME_EXAMPLES: dict[str, Any] = {
         "summary": "SPEC Example 2: all credits expired, 20 become debt",
         "value": {"amount": 20, "timestamp": 6},
     },
+    "example3-on-h100": {
+        "summary": "SPEC Example 3: 120 on h100, 10 of it becomes h100 debt",
+        "value": {"amount": 120, "timestamp": 2, "resource": "h100"},
+    },
 }
 
 _EXAMPLE_1_OPERATIONS: list[dict[str, Any]] = [
@@ -49,10 +77,32 @@ _EXAMPLE_1_OPERATIONS: list[dict[str, Any]] = [
     {"op": "grant", "account_id": "a1", "amount": 30, "timestamp": 12, "expiry": 20},
     {"op": "balance", "account_id": "a1", "timestamp": 12},
 ]
+_A = "a3"
+_EXAMPLE_3_OPERATIONS: list[dict[str, Any]] = [
+    {"op": "grant", "account_id": _A, "amount": 100, "timestamp": 0, "expiry": 50,
+     "resources": ["h100"]},
+    {"op": "grant", "account_id": _A, "amount": 40, "timestamp": 0, "expiry": 30},
+    {"op": "consume", "account_id": _A, "amount": 30, "timestamp": 1, "resource": "a100"},
+    {"op": "consume", "account_id": _A, "amount": 120, "timestamp": 2, "resource": "h100"},
+    {"op": "balance", "account_id": _A, "timestamp": 3},
+    {"op": "balance", "account_id": _A, "timestamp": 3, "resource": "a100"},
+    {"op": "grant", "account_id": _A, "amount": 25, "timestamp": 4, "expiry": 60,
+     "resources": ["a100"]},
+    {"op": "balance", "account_id": _A, "timestamp": 5},
+    {"op": "balance", "account_id": _A, "timestamp": 5, "resource": "h100"},
+    {"op": "grant", "account_id": _A, "amount": 15, "timestamp": 6, "expiry": 70},
+    {"op": "balance", "account_id": _A, "timestamp": 6, "resource": "h100"},
+    {"op": "balance", "account_id": _A, "timestamp": 6, "resource": "a100"},
+    {"op": "balance", "account_id": _A, "timestamp": 6},
+]  # fmt: skip
 BATCH_EXAMPLES: dict[str, Any] = {
     "example1": {
         "summary": "SPEC Example 1 in one request",
         "value": {"atomic": False, "operations": _EXAMPLE_1_OPERATIONS},
+    },
+    "example3": {
+        "summary": "SPEC Example 3 (credits per GPU class) in one request",
+        "value": {"atomic": False, "operations": _EXAMPLE_3_OPERATIONS},
     },
     "atomic": {
         "summary": "All or nothing: usage of two jobs reported together",

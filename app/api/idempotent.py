@@ -71,7 +71,7 @@ def idempotency_of(
     key = idempotency_key(request)
     if key is None:
         return None
-    fp = fingerprint(operation, account_id, body.model_dump())
+    fp = fingerprint(operation, account_id, _fingerprinted(body))
     return Idempotency(key, fp) if scope is None else Idempotency(key, fp, scope)
 
 
@@ -83,3 +83,17 @@ def replayed(replay: Replay, headers: dict[str, str] | None = None) -> Response:
         media_type="application/json",
         headers={"Idempotent-Replayed": "true", **(headers or {})},
     )
+
+
+# Members added after fingerprints were first stored: left out while absent, so a request
+# that does not use them keeps the fingerprint it had, and a retry across an upgrade matches.
+_ADDED_MEMBERS: Final = ("name", "metadata", "resources", "resource")
+
+
+def _fingerprinted(body: BaseModel) -> dict[str, Any]:
+    dumped = body.model_dump()
+    for part in [dumped, *dumped.get("operations", ())]:
+        for member in _ADDED_MEMBERS:
+            if member in part and part[member] is None:
+                del part[member]
+    return dumped

@@ -21,6 +21,7 @@ from app.api.auth import AuthError, Unauthenticated
 from app.api.routing import UnsupportedMediaType
 from app.api.schemas import Problem
 from app.domain import (
+    ClassLimit,
     InvalidInput,
     LedgerError,
     LiveGrantLimit,
@@ -30,6 +31,8 @@ from app.domain import (
 from app.service.errors import (
     AccountLimit,
     AccountNotFound,
+    ClassAsOfUnsupported,
+    GrantAlreadyVoided,
     GrantNotFound,
     IdempotencyKeyReused,
     IdempotencyKeysFull,
@@ -59,6 +62,8 @@ MALFORMED_JSON = ProblemType("malformed-json", "Request body is not valid JSON",
 NOT_FOUND = ProblemType("not-found", "Not found", 404)
 ACCOUNT_NOT_FOUND = ProblemType("account-not-found", "Account not found", 404)
 GRANT_NOT_FOUND = ProblemType("grant-not-found", "Grant not found", 404)
+GRANT_ALREADY_VOIDED = ProblemType("grant-already-voided", "Grant already voided", 409)
+CLASS_LIMIT = ProblemType("class-limit", "Too many GPU classes on the account", 409)
 UNSUPPORTED_MEDIA_TYPE = ProblemType("unsupported-media-type", "Body must be JSON", 415)
 METHOD_NOT_ALLOWED = ProblemType("method-not-allowed", "Method not allowed", 405)
 TIMESTAMP_REGRESSION = ProblemType(
@@ -131,6 +136,8 @@ def describe(exc: Exception) -> Described:
         return Described(TOTAL_OVERFLOW, detail, {})
     if isinstance(exc, LiveGrantLimit):
         return Described(LIVE_GRANT_LIMIT, detail, {"limit": exc.limit})
+    if isinstance(exc, ClassLimit):
+        return Described(CLASS_LIMIT, detail, {"limit": exc.limit})
     if isinstance(exc, InvalidInput):
         issue = {"loc": ["body", exc.field], "message": exc.message, "type": "invalid_input"}
         return Described(INVALID_INPUT, detail, {"errors": [issue]})
@@ -140,6 +147,11 @@ def describe(exc: Exception) -> Described:
         return Described(ACCOUNT_NOT_FOUND, detail, {})
     if isinstance(exc, GrantNotFound):
         return Described(GRANT_NOT_FOUND, detail, {})
+    if isinstance(exc, ClassAsOfUnsupported):
+        issue = {"loc": ["query", "timestamp"], "message": detail, "type": "class_as_of"}
+        return Described(VALIDATION, detail, {"errors": [issue]})
+    if isinstance(exc, GrantAlreadyVoided):
+        return Described(GRANT_ALREADY_VOIDED, detail, {"voided_at": exc.voided_at})
     if isinstance(exc, IdempotencyKeyReused):
         return Described(IDEMPOTENCY_KEY_REUSED, detail, {})
     if isinstance(exc, AccountLimit):
@@ -274,8 +286,9 @@ STATUS_DESCRIPTIONS: dict[int, str] = {
     401: "Missing or unknown API key (only when keys are configured).",
     403: "The API key lacks the scope, or may not touch this account.",
     404: "Unknown account (reads create nothing) or grant.",
-    409: "Timestamp earlier than the account's latest (`account_timestamp` says which), or "
-    "a limit reached: live grants per account, accounts.",
+    409: "Timestamp earlier than the account's latest (`account_timestamp` says which), a "
+    "grant already voided (`voided_at`), or a limit reached: live grants per account, "
+    "accounts.",
     422: "Input outside the domain, unknown field, a total past 2^53-1, or a reused "
     "Idempotency-Key with a different body.",
     503: "Retry later (`Retry-After`). `unavailable`: storage failed or the database is "

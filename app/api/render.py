@@ -15,30 +15,33 @@ from typing import Any, Final
 from pydantic import TypeAdapter
 
 from app.api.problems import describe
-from app.service.commands import ConsumeOp, GrantOp, Operation
+from app.service.commands import ConsumeOp, GrantOp, Operation, VoidOp
 from app.service.results import (
     Answer,
     BalanceView,
     BatchOutcome,
     ConsumptionReceipt,
     GrantReceipt,
+    VoidReceipt,
 )
-from app.storage.base import ConsumptionEntry, Entry, GrantEntry
+from app.storage.base import ConsumptionEntry, Entry, GrantEntry, VoidEntry
 
 GRANT_STATUS: Final = 201
 CONSUME_STATUS: Final = 200
+VOID_STATUS: Final = 200
 BATCH_STATUS: Final = 200
 
 _GRANT_JSON: TypeAdapter[GrantReceipt] = TypeAdapter(GrantReceipt)
 _CONSUME_JSON: TypeAdapter[ConsumptionReceipt] = TypeAdapter(ConsumptionReceipt)
 _BALANCE_JSON: TypeAdapter[BalanceView] = TypeAdapter(BalanceView)
+_VOID_JSON: TypeAdapter[VoidReceipt] = TypeAdapter(VoidReceipt)
 
 
 @dataclasses.dataclass(slots=True)
 class _BatchItem:
     op: str
     status: int
-    body: GrantReceipt | ConsumptionReceipt | BalanceView | dict[str, Any]
+    body: GrantReceipt | ConsumptionReceipt | VoidReceipt | BalanceView | dict[str, Any]
 
 
 @dataclasses.dataclass(slots=True)
@@ -59,6 +62,10 @@ def consumption(receipt: ConsumptionReceipt) -> bytes:
     return _CONSUME_JSON.dump_json(receipt)
 
 
+def void(receipt: VoidReceipt) -> bytes:
+    return _VOID_JSON.dump_json(receipt)
+
+
 def balance(view: BalanceView) -> bytes:
     return _BALANCE_JSON.dump_json(view)
 
@@ -69,6 +76,8 @@ def _name_and_status(op: Operation) -> tuple[str, int]:
         return "grant", GRANT_STATUS
     if isinstance(op, ConsumeOp):
         return "consume", CONSUME_STATUS
+    if isinstance(op, VoidOp):
+        return "void", VOID_STATUS
     return "balance", 200
 
 
@@ -88,12 +97,16 @@ def batch(outcome: BatchOutcome) -> bytes:
     return _BATCH_JSON.dump_json(_BatchBody(len(items) - failed, failed, items))
 
 
-def encode_answer(result: GrantReceipt | ConsumptionReceipt | BatchOutcome) -> Answer:
+def encode_answer(
+    result: GrantReceipt | ConsumptionReceipt | VoidReceipt | BatchOutcome,
+) -> Answer:
     """What an Idempotency-Key keeps: the first answer's status and bytes."""
     if isinstance(result, GrantReceipt):
         return Answer(GRANT_STATUS, grant(result))
     if isinstance(result, ConsumptionReceipt):
         return Answer(CONSUME_STATUS, consumption(result))
+    if isinstance(result, VoidReceipt):
+        return Answer(VOID_STATUS, void(result))
     return Answer(BATCH_STATUS, batch(result))
 
 
@@ -115,6 +128,9 @@ def entry(e: Entry) -> dict[str, Any]:
             expiry=e.expiry,
             settled_debt=e.settled_debt,
             retained=e.retained,
+            resources=_listed(e.resources),
+            name=e.name,
+            metadata=e.metadata,
         )
     elif isinstance(e, ConsumptionEntry):
         body.update(
@@ -122,10 +138,24 @@ def entry(e: Entry) -> dict[str, Any]:
             consumed=e.consumed,
             debt_added=e.debt_added,
             allocation=[
-                {"grant_id": d.grant_id, "expiry": d.expiry, "amount": d.amount}
+                {
+                    "grant_id": d.grant_id,
+                    "expiry": d.expiry,
+                    "amount": d.amount,
+                    "resources": _listed(d.resources),
+                }
                 for d in e.allocation
             ],
+            resource=e.resource,
         )
+    elif isinstance(e, VoidEntry):
+        body.update(grant_id=e.grant_id, amount=e.amount)
     else:
-        body.update(grant_id=e.grant_id, expiry=e.expiry, amount=e.amount)
+        body.update(
+            grant_id=e.grant_id, expiry=e.expiry, amount=e.amount, resources=_listed(e.resources)
+        )
     return body
+
+
+def _listed(resources: tuple[str, ...] | None) -> list[str] | None:
+    return None if resources is None else list(resources)

@@ -11,14 +11,18 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Path, Query, Request, Response
 
 from app.api import render
-from app.api.auth import authorize
-from app.api.docs import BATCH_EXAMPLES, CONSUME_EXAMPLES, GRANT_EXAMPLES
+from app.api.auth import authorize, visible_prefix
+from app.api.docs import BATCH_EXAMPLES, CONSUME_EXAMPLES, GRANT_EXAMPLES, VOID_EXAMPLES
 from app.api.idempotent import REPLAYED_HEADER, WITH_IDEMPOTENCY_KEY, idempotency_of, replayed
 from app.api.problems import ProblemType, describe, documented, problem_response
 from app.api.routing import ANY_SCOPE, LedgerRoute, public, requires
 from app.api.schemas import (
+    ACCOUNT_ID_MAX_CHARS,
+    ACCOUNT_PAGE_MAX,
+    ACCOUNT_PREFIX_PATTERN,
     LEDGER_PAGE_MAX,
     AccountId,
+    AccountPage,
     BalanceOperation,
     BalanceResponse,
     BatchRequest,
@@ -33,13 +37,19 @@ from app.api.schemas import (
     Health,
     LedgerPage,
     LiveGrantsResponse,
+    Problem,
     QueryInt,
+    ResourceQuery,
+    VoidOperation,
+    VoidRequest,
+    VoidResponse,
 )
 from app.domain import MAX_VALUE
 from app.keys import Scope
-from app.service.commands import BalanceOp, ConsumeOp, GrantOp, Operation
+from app.service.commands import BalanceOp, ConsumeOp, GrantOp, Operation, VoidOp
 from app.service.errors import ServiceUnavailable
 from app.service.idempotency import batch_scope
+from app.service.journal import Label
 from app.service.ledger import Ledger, Replay
 
 router = APIRouter(route_class=LedgerRoute)
@@ -89,8 +99,9 @@ async def grant_credits(
     """Grant `amount` credits usable from `timestamp` until `expiry` (exclusive). Outstanding
     debt is settled first; only the rest is kept. Creates the account if it is new."""
     idem = idempotency_of(request, "grant", account_id, body)
+    label = Label(body.name, body.metadata)
     result = await _ledger(request).grant(
-        account_id, body.amount, body.timestamp, body.expiry, idem
+        account_id, body.amount, body.timestamp, body.expiry, idem, label, body.resources
     )
     if isinstance(result, Replay):
         grant_id = int(json.loads(result.body)["grant_id"])
@@ -121,7 +132,9 @@ async def consume_credits(
     """Consume `amount` credits at `timestamp`, earliest-expiring first. What active credits
     cannot cover becomes debt. `debt` in the answer is the total outstanding debt."""
     idem = idempotency_of(request, "consume", account_id, body)
-    result = await _ledger(request).consume(account_id, body.amount, body.timestamp, idem)
+    result = await _ledger(request).consume(
+        account_id, body.amount, body.timestamp, idem, body.resource
+    )
     if isinstance(result, Replay):
         return replayed(result)
     return _json(render.consumption(result), render.CONSUME_STATUS)
@@ -153,9 +166,12 @@ async def get_balance(
         ),
         QueryInt,  # after Query: the bounds then publish as minimum/maximum
     ] = None,
+    resource: ResourceQuery = None,
 ) -> Any:
-    """`balance` = active credits - outstanding debt. Unknown accounts are 404."""
-    return _json(render.balance(await _ledger(request).balance(account_id, timestamp)), 200)
+    """`balance` = active credits - outstanding debt, in total or for one GPU class.
+    Unknown accounts are 404."""
+    view = await _ledger(request).balance(account_id, timestamp, resource)
+    return _json(render.balance(view), 200)
 
 
 @router.get(
@@ -167,10 +183,14 @@ async def get_balance(
     tags=["credits"],
 )
 @requires(Scope.READ)
-async def list_grants(account_id: AccountId, request: Request) -> Any:
-    """The grants with credits left at the account's latest timestamp, earliest expiry first
-    (then grant order): the upcoming expirations. Changes nothing."""
-    view, grants = await _ledger(request).live_grants(account_id)
+async def list_grants(
+    account_id: AccountId, request: Request, resource: ResourceQuery = None
+) -> Any:
+    """The grants with credits left at the account's latest timestamp, in the order they will
+    be consumed: earliest expiry first, then the narrower class set (unrestricted last), then
+    grant order; the upcoming expirations. With `resource`, only those a consumption of that
+    class could draw, and the balance of that class. Changes nothing."""
+    view, grants = await _ledger(request).live_grants(account_id, resource)
     return {**dataclasses.asdict(view), "grants": grants}
 
 
@@ -189,6 +209,38 @@ async def get_grant(
     request: Request,
 ) -> Any:
     return await _ledger(request).grant_view(account_id, grant_id)
+
+
+@router.post(
+    "/v1/accounts/{account_id}/grants/{grant_id}/void",
+    operation_id="voidGrant",
+    openapi_extra=WITH_IDEMPOTENCY_KEY,
+    summary="Void a grant",
+    status_code=200,
+    response_model=VoidResponse,
+    responses={
+        200: {"headers": REPLAYED_HEADER},
+        **documented(400, 401, 403, 404, 409, 413, 415, 422, 503),
+    },
+    tags=["credits"],
+)
+@requires(Scope.GRANT)
+async def void_grant(
+    account_id: AccountId,
+    grant_id: Annotated[int, Path(ge=1, le=MAX_VALUE), QueryInt],
+    body: Annotated[VoidRequest, Body(openapi_examples=VOID_EXAMPLES)],
+    request: Request,
+) -> Any:
+    """Remove what is left of a grant issued by mistake, at `timestamp` (a `void` ledger
+    entry records the amount removed). Credits it already paid and debt it already settled
+    stay as they were. Unknown account or grant: 404; already voided: 409 (`grant-already-
+    voided`); `timestamp` before the grant's own: 422. A write like any other: it moves the
+    account's clock, takes an `Idempotency-Key`, and is a batch operation (`void`)."""
+    idem = idempotency_of(request, f"void/{grant_id}", account_id, body)
+    result = await _ledger(request).void(account_id, grant_id, body.timestamp, idem)
+    if isinstance(result, Replay):
+        return replayed(result)
+    return _json(render.void(result), render.VOID_STATUS)
 
 
 @router.get(
@@ -225,6 +277,74 @@ async def list_ledger_entries(
 
 
 @router.get(
+    "/v1/accounts",
+    operation_id="listAccounts",
+    summary="Accounts, in byte order of their id, cursor-paginated",
+    response_model=AccountPage,
+    responses={
+        **documented(401, 403, 422, 503),
+        403: {
+            "model": Problem,
+            "description": (
+                "The API key lacks the scope credits:read. (A key limited to an account "
+                "prefix is not refused: it is shown the accounts within its prefix.)"
+            ),
+        },
+        422: {
+            "model": Problem,
+            "description": "A query parameter is invalid, out of range, unknown or repeated.",
+        },
+    },
+    tags=["credits"],
+)
+@requires(Scope.READ)
+async def list_accounts(
+    request: Request,
+    prefix: Annotated[
+        str,
+        Query(
+            max_length=ACCOUNT_ID_MAX_CHARS,
+            pattern=ACCOUNT_PREFIX_PATTERN,
+            description=(
+                "Only accounts whose id starts with this (case-sensitive; empty or omitted: "
+                "every account). Empty, or the start of a valid account id."
+            ),
+            examples=["team-a:"],
+        ),
+    ] = "",
+    after: Annotated[
+        str,
+        Query(
+            max_length=ACCOUNT_ID_MAX_CHARS,
+            pattern=ACCOUNT_PREFIX_PATTERN,
+            description=(
+                "Only accounts whose id comes after this one in byte order: the previous "
+                "page's `next_after`. Empty or omitted: from the first."
+            ),
+        ),
+    ] = "",
+    limit: Annotated[
+        int, Query(ge=1, le=ACCOUNT_PAGE_MAX, description="Page size, 1 to 1000."), QueryInt
+    ] = 100,
+) -> Any:
+    """The accounts that exist (a write was accepted on them; a failed request creates
+    none), in byte order of `account_id` (ASCII: `-` `.` digits `:` upper case `_` lower
+    case, so `A` before `a` and `team-a-x` before `team-a:x`), each with its balance,
+    available credits and debt at its clock, as getBalance answers without `timestamp`.
+    Pages of at most 1,000: pass `next_after` as `after` for the next page.
+
+    An API key limited to an account prefix lists only the accounts within it: the accounts
+    listed start with both the key's prefix and `prefix`. When the two exclude each other
+    (a key for `team-a:` asking for `prefix=team-b:`) the answer is an empty page, not an
+    error. Changes nothing."""
+    visible = visible_prefix(request.state.api_key, prefix)
+    if visible is None:
+        return {"accounts": [], "next_after": None}
+    page = await _ledger(request).accounts(visible, after, limit)
+    return dataclasses.asdict(page)
+
+
+@router.get(
     "/healthz",
     operation_id="getHealth",
     summary="Liveness and readiness",
@@ -242,16 +362,33 @@ async def healthz(request: Request) -> Any:
 
 # -- batches ------------------------------------------------------------------------------
 
-_SCOPE_OF = {"grant": Scope.GRANT, "consume": Scope.CONSUME, "balance": Scope.READ}
+_SCOPE_OF = {
+    "grant": Scope.GRANT,
+    "consume": Scope.CONSUME,
+    "void": Scope.GRANT,
+    "balance": Scope.READ,
+}
 BATCH_ABORTED = ProblemType("batch-aborted", "Atomic batch not applied", 0)
 
 
-def _to_operation(op: GrantOperation | ConsumeOperation | BalanceOperation) -> Operation:
+def _to_operation(
+    op: GrantOperation | ConsumeOperation | VoidOperation | BalanceOperation,
+) -> Operation:
+    if isinstance(op, VoidOperation):
+        return VoidOp(op.account_id, op.grant_id, op.timestamp)
     if isinstance(op, GrantOperation):
-        return GrantOp(op.account_id, op.amount, op.timestamp, op.expiry)
+        return GrantOp(
+            op.account_id,
+            op.amount,
+            op.timestamp,
+            op.expiry,
+            op.name,
+            op.metadata,
+            op.resources,
+        )
     if isinstance(op, ConsumeOperation):
-        return ConsumeOp(op.account_id, op.amount, op.timestamp)
-    return BalanceOp(op.account_id, op.timestamp)
+        return ConsumeOp(op.account_id, op.amount, op.timestamp, op.resource)
+    return BalanceOp(op.account_id, op.timestamp, op.resource)
 
 
 BATCH_PATH = "/v1/batch"

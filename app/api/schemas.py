@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from fastapi import Path
+from fastapi import Path, Query
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -23,12 +24,15 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from app.domain import MAX_VALUE
+from app.domain import MAX_CLASS_NAME_LENGTH, MAX_RESOURCES, MAX_VALUE
 from app.service.commands import MAX_BATCH_OPERATIONS
 
 ACCOUNT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 ACCOUNT_ID_MAX_CHARS = 128
+# What an account id may start with: empty, or the start of a valid id (same characters).
+ACCOUNT_PREFIX_PATTERN = r"^([A-Za-z0-9][A-Za-z0-9._:-]{0,127})?$"
 LEDGER_PAGE_MAX = 1000
+ACCOUNT_PAGE_MAX = 1000
 
 AccountId = Annotated[
     str,
@@ -92,17 +96,152 @@ def _expiry_after_timestamp(expiry: int, info: ValidationInfo) -> int:
     return expiry
 
 
+# -- GPU classes (SPEC section 5) ------------------------------------------------------------
+
+CLASS_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$"
+ClassName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_CLASS_NAME_LENGTH, pattern=CLASS_NAME_PATTERN),
+    Field(
+        description=(
+            "A GPU class: 1 to 32 characters of A-Z a-z 0-9 . _ -, starting with a letter or "
+            "digit; case-sensitive."
+        ),
+        examples=["h100"],
+    ),
+]
+
+
+def _distinct(resources: list[str]) -> list[str]:
+    if len(set(resources)) != len(resources):
+        raise PydanticCustomError("duplicate_class", "classes must be distinct")
+    return resources
+
+
+Resources = Annotated[
+    list[ClassName],
+    Field(
+        min_length=1,
+        max_length=MAX_RESOURCES,
+        description=(
+            "The GPU classes the credits pay for: 1 to 16 distinct names. Omitted or null: "
+            "unrestricted (any class, and consumptions that name none). Answers list them "
+            "sorted."
+        ),
+        examples=[["h100", "a100-80gb"]],
+    ),
+    AfterValidator(_distinct),
+]
+ResourceQuery = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=MAX_CLASS_NAME_LENGTH,
+        pattern=CLASS_NAME_PATTERN,
+        description=(
+            "Answer for one GPU class: `available` is what a consumption of it could draw, "
+            "`debt` its own outstanding debt. Not before the account's latest timestamp "
+            "(the history keeps totals only; 422)."
+        ),
+    ),
+]
+
+
+# -- grant labels (SPEC section 7) -----------------------------------------------------------
+
+GRANT_NAME_MAX_CHARS = 200
+METADATA_MAX_KEYS = 20
+METADATA_KEY_MAX_CHARS = 40
+METADATA_VALUE_MAX_CHARS = 500
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _storable(value: str) -> str:
+    """Text every backend stores as given: no NUL (PostgreSQL text and jsonb refuse it) and
+    no lone surrogate (not UTF-8, so not storable anywhere)."""
+    if "\x00" in value:
+        raise PydanticCustomError("nul_character", "must not contain the NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PydanticCustomError(
+            "invalid_unicode", "must be valid Unicode (no lone surrogates)"
+        ) from None
+    return value
+
+
+def _one_line(value: str) -> str:
+    """A name or key: storable, and no control characters at all."""
+    if _CONTROL.search(value):
+        raise PydanticCustomError("control_character", "must not contain control characters")
+    return _storable(value)
+
+
+GrantName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=GRANT_NAME_MAX_CHARS),
+    AfterValidator(_one_line),
+    Field(
+        description="A label for the grant, 1 to 200 characters, no control characters.",
+        examples=["Q3 research allocation"],
+    ),
+]
+MetadataKey = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=METADATA_KEY_MAX_CHARS),
+    AfterValidator(_one_line),
+]
+MetadataValue = Annotated[
+    str, StringConstraints(max_length=METADATA_VALUE_MAX_CHARS), AfterValidator(_storable)
+]
+GrantMetadata = Annotated[
+    dict[MetadataKey, MetadataValue],
+    Field(
+        max_length=METADATA_MAX_KEYS,
+        description=(
+            "Up to 20 string keys of 1 to 40 characters (no control characters), each with a "
+            "string value of up to 500 characters (no NUL). Kept as given."
+        ),
+        examples=[{"invoice": "INV-2026-0042", "team": "research"}],
+    ),
+]
+
+
 class GrantRequest(_Request):
     amount: Amount
     timestamp: Timestamp
     expiry: Expiry
+    resources: Resources | None = None
+    name: GrantName | None = None
+    metadata: GrantMetadata | None = None
 
     _check_expiry = field_validator("expiry")(_expiry_after_timestamp)
+
+
+ConsumedOn = Annotated[
+    ClassName | None,
+    Field(
+        description=(
+            "The GPU class the usage ran on: grants that list it or are unrestricted pay. "
+            "Omitted or null: no class; only unrestricted grants pay."
+        )
+    ),
+]
 
 
 class ConsumeRequest(_Request):
     amount: Amount
     timestamp: Timestamp
+    resource: ConsumedOn = None
+
+
+class VoidRequest(_Request):
+    timestamp: Timestamp = Field(
+        description=(
+            "When the void takes effect: not before the grant's own timestamp (422), and a "
+            "write like any other for the account's clock."
+        )
+    )
 
 
 # -- batches ------------------------------------------------------------------------------
@@ -120,6 +259,9 @@ class GrantOperation(_Request):
     amount: Amount
     timestamp: Timestamp
     expiry: Expiry
+    resources: Resources | None = None
+    name: GrantName | None = None
+    metadata: GrantMetadata | None = None
 
     _check_expiry = field_validator("expiry")(_expiry_after_timestamp)
 
@@ -129,6 +271,14 @@ class ConsumeOperation(_Request):
     account_id: BatchAccountId
     amount: Amount
     timestamp: Timestamp
+    resource: ConsumedOn = None
+
+
+class VoidOperation(_Request):
+    op: Literal["void"]
+    account_id: BatchAccountId
+    grant_id: int = Field(ge=1, le=MAX_VALUE, strict=True)
+    timestamp: Timestamp
 
 
 class BalanceOperation(_Request):
@@ -137,10 +287,14 @@ class BalanceOperation(_Request):
     timestamp: Timestamp | None = Field(
         None, description="As the `timestamp` query parameter of getBalance."
     )
+    resource: ClassName | None = Field(
+        None, description="As the `resource` query parameter of getBalance."
+    )
 
 
 BatchOperation = Annotated[
-    GrantOperation | ConsumeOperation | BalanceOperation, Field(discriminator="op")
+    GrantOperation | ConsumeOperation | VoidOperation | BalanceOperation,
+    Field(discriminator="op"),
 ]
 
 
@@ -174,6 +328,9 @@ class BalanceResponse(_Response):
     balance: SignedFigure = Field(description="available - debt; negative means debt.")
     available: Figure = Field(description="Active (unexpired, unconsumed) credits.")
     debt: Figure = Field(description="Outstanding debt.")
+    resource: str | None = Field(
+        None, description="The GPU class read (`?resource=`); null: totals over every class."
+    )
 
 
 class GrantResponse(BalanceResponse):
@@ -183,12 +340,20 @@ class GrantResponse(BalanceResponse):
     expiry: Figure
     settled_debt: Figure = Field(description="How much of the grant paid off debt.")
     retained: Figure = Field(description="How much was kept as a live grant with the expiry.")
+    resources: list[str] | None = Field(
+        description="The grant's GPU classes, sorted; null: unrestricted."
+    )
+    name: str | None = Field(description="The grant's name, if it was given one.")
+    metadata: dict[str, str] | None = Field(description="The grant's metadata, if any.")
 
 
 class AllocationItem(_Response):
     grant_id: int = Field(ge=1)
     expiry: Figure
     amount: Figure = Field(description="Credits taken from this grant.")
+    resources: list[str] | None = Field(
+        description="The grant's GPU classes, sorted; null: unrestricted."
+    )
 
 
 class ConsumeResponse(BalanceResponse):
@@ -199,12 +364,26 @@ class ConsumeResponse(BalanceResponse):
     allocation: list[AllocationItem] = Field(
         description="Grants drawn from, in the order they were drawn (earliest expiry first)."
     )
+    resource: str | None = Field(description="The GPU class it ran on; null: none.")
+
+
+class VoidResponse(BalanceResponse):
+    grant_id: int = Field(ge=1)
+    sequence: int = Field(ge=1, description="Position of this void in the ledger.")
+    amount: Figure = Field(
+        description="The grant's live remainder removed (0 if it was used up or expired)."
+    )
 
 
 class LiveGrantItem(_Response):
     grant_id: int = Field(ge=1)
     expiry: Figure
     remaining: Figure
+    resources: list[str] | None = Field(
+        description="The grant's GPU classes, sorted; null: unrestricted."
+    )
+    name: str | None = Field(description="The grant's name, if it was given one.")
+    metadata: dict[str, str] | None = Field(description="The grant's metadata, if any.")
 
 
 class LiveGrantsResponse(BalanceResponse):
@@ -221,6 +400,11 @@ class GrantDetailResponse(_Response):
     settled_debt: Figure
     retained: Figure
     remaining: Figure = Field(description="Still usable now; 0 once used up or expired.")
+    resources: list[str] | None = Field(
+        description="The grant's GPU classes, sorted; null: unrestricted."
+    )
+    name: str | None = Field(description="The grant's name, if it was given one.")
+    metadata: dict[str, str] | None = Field(description="The grant's metadata, if any.")
 
 
 class _EntryBase(BaseModel):
@@ -238,6 +422,11 @@ class GrantEntry(_EntryBase):
     expiry: Figure
     settled_debt: Figure
     retained: Figure
+    resources: list[str] | None = Field(
+        description="The grant's GPU classes, sorted; null: unrestricted."
+    )
+    name: str | None = Field(description="The grant's name, if it was given one.")
+    metadata: dict[str, str] | None = Field(description="The grant's metadata, if any.")
 
 
 class ConsumptionEntry(_EntryBase):
@@ -246,6 +435,7 @@ class ConsumptionEntry(_EntryBase):
     consumed: Figure
     debt_added: Figure
     allocation: list[AllocationItem]
+    resource: str | None = Field(description="The GPU class it ran on; null: none.")
 
 
 class ExpirationEntry(_EntryBase):
@@ -253,10 +443,21 @@ class ExpirationEntry(_EntryBase):
     grant_id: int = Field(ge=1)
     expiry: Figure
     amount: Figure = Field(description="Credits that expired unused.")
+    resources: list[str] | None = Field(
+        description="The grant's GPU classes, sorted; null: unrestricted."
+    )
+
+
+class VoidEntry(_EntryBase):
+    kind: Literal["void"]
+    grant_id: int = Field(ge=1)
+    amount: Figure = Field(
+        description="The grant's live remainder removed (0 if it was used up or expired)."
+    )
 
 
 LedgerEntry = Annotated[
-    GrantEntry | ConsumptionEntry | ExpirationEntry, Field(discriminator="kind")
+    GrantEntry | ConsumptionEntry | ExpirationEntry | VoidEntry, Field(discriminator="kind")
 ]
 
 
@@ -268,10 +469,48 @@ class LedgerPage(BaseModel):
     )
 
 
+class AccountPage(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "accounts": [
+                        {
+                            "account_id": "team-a:job-1",
+                            "timestamp": 120,
+                            "balance": 40,
+                            "available": 40,
+                            "debt": 0,
+                        },
+                        {
+                            "account_id": "team-a:job-2",
+                            "timestamp": 95,
+                            "balance": -5,
+                            "available": 0,
+                            "debt": 5,
+                        },
+                    ],
+                    "next_after": "team-a:job-2",
+                }
+            ]
+        }
+    )
+
+    accounts: list[BalanceResponse] = Field(
+        description=(
+            "In byte order of `account_id`, each at its clock: what getBalance answers "
+            "without `timestamp` (`timestamp` is the account's latest accepted write)."
+        )
+    )
+    next_after: str | None = Field(
+        description="Pass as `after` to get the next page; null when this is the last page."
+    )
+
+
 class BatchResult(BaseModel):
-    op: Literal["grant", "consume", "balance"]
+    op: Literal["grant", "consume", "void", "balance"]
     status: int = Field(description="The status the single endpoint would have answered.")
-    body: GrantResponse | ConsumeResponse | BalanceResponse | Problem = Field(
+    body: GrantResponse | ConsumeResponse | VoidResponse | BalanceResponse | Problem = Field(
         description="The body the single endpoint would have answered."
     )
 
@@ -309,6 +548,9 @@ class Problem(BaseModel):
         None, description="For a timestamp regression: the account's latest timestamp."
     )
     limit: int | None = Field(None, description="For a limit reached: the limit.")
+    voided_at: int | None = Field(
+        None, description="For a grant already voided: when it was voided."
+    )
     quota: str | None = Field(
         None,
         description=(

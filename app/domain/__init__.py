@@ -2,10 +2,16 @@
 
 from app.domain.tracker import (
     DEFAULT_MAX_LIVE_GRANTS,
+    MAX_CLASS_NAME_LENGTH,
+    MAX_CLASSES,
+    MAX_RESOURCES,
     MAX_VALUE,
     Allocation,
     BalanceResult,
+    ClassLimit,
+    ClassList,
     ConsumeResult,
+    Debt,
     Expiration,
     GPUCreditTracker,
     GrantResult,
@@ -17,14 +23,21 @@ from app.domain.tracker import (
     TimestampRegression,
     TotalOverflow,
     TrackerState,
+    VoidResult,
 )
 
 __all__ = [
     "DEFAULT_MAX_LIVE_GRANTS",
+    "MAX_CLASSES",
+    "MAX_CLASS_NAME_LENGTH",
+    "MAX_RESOURCES",
     "MAX_VALUE",
     "Allocation",
     "BalanceResult",
+    "ClassLimit",
+    "ClassList",
     "ConsumeResult",
+    "Debt",
     "Expiration",
     "GPUCreditTracker",
     "GrantResult",
@@ -36,4 +49,5 @@ __all__ = [
     "TimestampRegression",
     "TotalOverflow",
     "TrackerState",
+    "VoidResult",
 ]

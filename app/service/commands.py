@@ -14,6 +14,9 @@ class GrantOp:
     amount: int
     timestamp: int
     expiry: int
+    name: str | None = None
+    metadata: dict[str, str] | None = None
+    resources: list[str] | None = None
 
 
 @dataclass(slots=True)
@@ -21,12 +24,21 @@ class ConsumeOp:
     account_id: str
     amount: int
     timestamp: int
+    resource: str | None = None
+
+
+@dataclass(slots=True)
+class VoidOp:
+    account_id: str
+    grant_id: int
+    timestamp: int
 
 
 @dataclass(slots=True)
 class BalanceOp:
     account_id: str
     timestamp: int | None
+    resource: str | None = None
 
 
-Operation = GrantOp | ConsumeOp | BalanceOp
+Operation = GrantOp | ConsumeOp | VoidOp | BalanceOp

@@ -21,6 +21,27 @@ class GrantNotFound(ServiceError):
         super().__init__(f"account {account_id!r} has no grant {grant_id}")
 
 
+class GrantAlreadyVoided(ServiceError):
+    def __init__(self, account_id: str, grant_id: int, voided_at: int) -> None:
+        super().__init__(
+            f"grant {grant_id} of account {account_id!r} was already voided at {voided_at}"
+        )
+        self.voided_at = voided_at
+
+
+class ClassAsOfUnsupported(ServiceError):
+    """A balance read of one class at a time before the account's clock: the history keeps
+    totals after each entry, not every class's, so only totals are answered there."""
+
+    def __init__(self, resource: str, timestamp: int, clock: int) -> None:
+        super().__init__(
+            f"a balance of class {resource!r} is answered at or after the account's clock "
+            f"({clock}), not at {timestamp}: before it the history keeps totals only "
+            "(read without resource)"
+        )
+        self.clock = clock
+
+
 class IdempotencyKeyReused(ServiceError):
     def __init__(self, key: str) -> None:
         super().__init__(

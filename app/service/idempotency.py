@@ -14,12 +14,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from app.service.results import Answer, BatchOutcome, ConsumptionReceipt, GrantReceipt
+from app.service.results import (
+    Answer,
+    BatchOutcome,
+    ConsumptionReceipt,
+    GrantReceipt,
+    VoidReceipt,
+)
 
 BATCH_SCOPE: Final = "/batch"  # idempotency scope of batches; "/" is in no account id
 
 # What a write answers, as the API layer encodes it for storage and replay.
-Encoder = Callable[[GrantReceipt | ConsumptionReceipt | BatchOutcome], Answer]
+Encoder = Callable[[GrantReceipt | ConsumptionReceipt | VoidReceipt | BatchOutcome], Answer]
 
 
 @dataclass(slots=True)

@@ -22,12 +22,14 @@ from app.service.commands import (
     ConsumeOp,
     GrantOp,
     Operation,
+    VoidOp,
 )
 from app.service.errors import AccountNotFound, ServiceError, ServiceUnavailable
 from app.service.idempotency import BATCH_SCOPE, Encoder, Idempotency
-from app.service.journal import AccountState, AsOfRead, Totals
+from app.service.journal import NO_LABEL, AccountState, AsOfRead, Label, Totals
 from app.service.limits import Limits
 from app.service.results import (
+    AccountPage,
     Answer,
     BalanceView,
     BatchOutcome,
@@ -36,9 +38,17 @@ from app.service.results import (
     GrantView,
     LiveGrantView,
     Result,
+    VoidReceipt,
 )
 from app.service.unit_of_work import LedgerPort, UnitOfWork
-from app.storage.base import Change, Entry, IdempotencyRecord
+from app.storage.base import (
+    MAX_GRANT_IDS_PER_READ,
+    Change,
+    Entry,
+    GrantEntry,
+    IdempotencyRecord,
+    VoidEntry,
+)
 
 _R = TypeVar("_R", GrantReceipt, ConsumptionReceipt)
 
@@ -108,9 +118,11 @@ class Ledger:
         timestamp: int,
         expiry: int,
         idempotency: Idempotency | None = None,
+        label: Label = NO_LABEL,
+        resources: list[str] | None = None,
     ) -> GrantReceipt | Replay:
         def apply(uow: UnitOfWork, account: AccountState) -> tuple[Change, GrantReceipt]:
-            return self._grant(uow, account, amount, timestamp, expiry)
+            return self._grant(uow, account, amount, timestamp, expiry, label, resources)
 
         return await self._write(account_id, idempotency, apply)
 
@@ -120,9 +132,10 @@ class Ledger:
         amount: int,
         timestamp: int,
         idempotency: Idempotency | None = None,
+        resource: str | None = None,
     ) -> ConsumptionReceipt | Replay:
         def apply(uow: UnitOfWork, account: AccountState) -> tuple[Change, ConsumptionReceipt]:
-            return self._consume(uow, account, amount, timestamp)
+            return self._consume(uow, account, amount, timestamp, resource)
 
         return await self._write(account_id, idempotency, apply)
 
@@ -138,13 +151,37 @@ class Ledger:
         self._check_serving()
         async with self._port.unit_of_work([account_id]) as uow:
             key: IdempotencyRecord | None = None
-            if idempotency is not None:
-                stored = await uow.stored_answer(account_id, idempotency)
-                if stored is not None:
-                    return Replay(stored.status_code, stored.body)
-                uow.make_room_for_key(account_id)
+            replay = await _replay(uow, account_id, idempotency)
+            if replay is not None:
+                return replay
             account = uow.account(account_id) or uow.create(account_id)
             change, receipt = apply(uow, account)
+            if idempotency is not None:
+                key = self._key_record(account_id, idempotency, self._encode(receipt))
+            await uow.commit([change], key)
+        return receipt
+
+    async def void(
+        self,
+        account_id: str,
+        grant_id: int,
+        timestamp: int,
+        idempotency: Idempotency | None = None,
+    ) -> VoidReceipt | Replay:
+        """Void a grant (SPEC section 7): its live remainder is removed at ``timestamp``; what
+        it already paid or settled stays. A write like any other (clock, idempotency). An
+        unknown account or grant is 404; it creates nothing."""
+        self._check_serving()
+        async with self._port.unit_of_work([account_id]) as uow:
+            replay = await _replay(uow, account_id, idempotency)
+            if replay is not None:
+                return replay
+            account = uow.account(account_id)
+            if account is None:
+                raise AccountNotFound(account_id)
+            grant, voided = await _grant_record(uow, account, grant_id)
+            change, receipt = self._void(uow, account, grant_id, timestamp, grant, voided)
+            key = None
             if idempotency is not None:
                 key = self._key_record(account_id, idempotency, self._encode(receipt))
             await uow.commit([change], key)
@@ -166,14 +203,13 @@ class Ledger:
         account_ids = sorted({op.account_id for op in operations})
         async with self._port.unit_of_work(account_ids) as uow:
             scope = idempotency.scope if idempotency is not None else BATCH_SCOPE
-            if idempotency is not None:
-                stored = await uow.stored_answer(scope, idempotency)
-                if stored is not None:
-                    return Replay(stored.status_code, stored.body)
-                uow.make_room_for_key(scope)
+            replay = await _replay(uow, scope, idempotency)
+            if replay is not None:
+                return replay
             held = {a: s for a in account_ids if (s := uow.account(a)) is not None}
             baselines = await _balance_baselines(operations, held, uow.history)
-            outcome, changes = self._apply_batch(uow, operations, atomic, held, baselines)
+            records = await _grant_records(operations, held, uow)
+            outcome, changes = self._apply_batch(uow, operations, atomic, held, baselines, records)
             key = None
             if idempotency is not None and changes:
                 # Kept with what the batch changed. A batch that changed nothing (only reads,
@@ -190,6 +226,7 @@ class Ledger:
         atomic: bool,
         accounts: dict[str, AccountState],
         baselines: dict[tuple[str, int], Totals],
+        records: dict[tuple[str, int], GrantRecord],
     ) -> tuple[BatchOutcome, list[Change]]:
         """Apply in order, without awaiting anything. ``accounts`` holds the existing
         accounts and gains those the batch creates, in operation order, exactly as single
@@ -211,15 +248,29 @@ class Ledger:
                     account = accounts[account_id] = uow.create(account_id)
                 if atomic and account_id not in saved:
                     saved[account_id] = (account.tracker.copy(), account.next_sequence)
-                receipt: GrantReceipt | ConsumptionReceipt
-                if isinstance(op, GrantOp):
-                    change, receipt = self._grant(uow, account, op.amount, op.timestamp, op.expiry)
+                receipt: GrantReceipt | ConsumptionReceipt | VoidReceipt
+                if isinstance(op, VoidOp):
+                    if not account.exists:
+                        raise AccountNotFound(account_id)
+                    grant, voided = _record_in_batch(op, batch_entries.get(account_id, ()), records)
+                    change, receipt = self._void(
+                        uow, account, op.grant_id, op.timestamp, grant, voided
+                    )
+                elif isinstance(op, GrantOp):
+                    label = Label(op.name, op.metadata)
+                    change, receipt = self._grant(
+                        uow, account, op.amount, op.timestamp, op.expiry, label, op.resources
+                    )
                 elif isinstance(op, ConsumeOp):
-                    change, receipt = self._consume(uow, account, op.amount, op.timestamp)
+                    change, receipt = self._consume(
+                        uow, account, op.amount, op.timestamp, op.resource
+                    )
                 else:
                     if not account.exists:
                         raise AccountNotFound(account_id)
-                    view = journal.read_balance(account_id, account.tracker, op.timestamp)
+                    view = journal.read_balance(
+                        account_id, account.tracker, op.timestamp, op.resource
+                    )
                     if isinstance(view, AsOfRead):
                         view = journal.as_of_in_batch(
                             view, batch_entries.get(account_id, ()), baselines
@@ -245,13 +296,19 @@ class Ledger:
 
     @staticmethod
     def _grant(
-        uow: UnitOfWork, account: AccountState, amount: int, timestamp: int, expiry: int
+        uow: UnitOfWork,
+        account: AccountState,
+        amount: int,
+        timestamp: int,
+        expiry: int,
+        label: Label,
+        resources: list[str] | None,
     ) -> tuple[Change, GrantReceipt]:
         account_id = account.account_id
         live_before = account.tracker.live_grant_count
         try:
             change, receipt = journal.grant(
-                account, amount, timestamp, expiry, uow.live_room(account_id)
+                account, amount, timestamp, expiry, uow.live_room(account_id), label, resources
             )
         except NoLiveRoom:
             raise uow.live_quota_error(account_id) from None
@@ -259,11 +316,30 @@ class Ledger:
         return change, receipt
 
     @staticmethod
+    def _void(
+        uow: UnitOfWork,
+        account: AccountState,
+        grant_id: int,
+        timestamp: int,
+        grant: GrantEntry | None,
+        voided: VoidEntry | None,
+    ) -> tuple[Change, VoidReceipt]:
+        live_before = account.tracker.live_grant_count
+        change, receipt = journal.void(account, grant_id, timestamp, grant, voided)
+        if account.tracker.live_grant_count != live_before:
+            uow.count_live(account.account_id, account.tracker.live_grant_count - live_before)
+        return change, receipt
+
+    @staticmethod
     def _consume(
-        uow: UnitOfWork, account: AccountState, amount: int, timestamp: int
+        uow: UnitOfWork,
+        account: AccountState,
+        amount: int,
+        timestamp: int,
+        resource: str | None,
     ) -> tuple[Change, ConsumptionReceipt]:
         live_before = account.tracker.live_grant_count
-        change, receipt = journal.consume(account, amount, timestamp)
+        change, receipt = journal.consume(account, amount, timestamp, resource)
         if account.tracker.live_grant_count != live_before:
             uow.count_live(account.account_id, account.tracker.live_grant_count - live_before)
         return change, receipt
@@ -287,17 +363,29 @@ class Ledger:
 
     # -- reads: safe, they change nothing ---------------------------------------------------
 
-    async def balance(self, account_id: str, timestamp: int | None) -> BalanceView:
+    async def balance(
+        self, account_id: str, timestamp: int | None, resource: str | None = None
+    ) -> BalanceView:
         """At or after the account's clock, the projected state (credits expiring by then no
         longer count); before it, the as-of state from the stored history; None: the state
         at the clock. Unknown accounts are 404 and are not created."""
         self._check_serving()
-        return await self._port.balance(account_id, timestamp)
+        return await self._port.balance(account_id, timestamp, resource)
 
-    async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrantView]]:
-        """Live grants at the account's clock, in the order they will be used."""
+    async def live_grants(
+        self, account_id: str, resource: str | None = None
+    ) -> tuple[BalanceView, list[LiveGrantView]]:
+        """Live grants at the account's clock, in the order they will be used: all of them,
+        or those a consumption of class ``resource`` could draw."""
         self._check_serving()
-        return await self._port.live_grants(account_id)
+        view, live = await self._port.live_grants(account_id, resource)
+        # Labels live with the grant entries, not in memory (a grant's metadata may be 11 KB):
+        # read them for the grants listed, a bounded number of ids per read.
+        ids = [g.grant_id for g in live]
+        for start in range(0, len(ids), MAX_GRANT_IDS_PER_READ):
+            chunk = ids[start : start + MAX_GRANT_IDS_PER_READ]
+            journal.labelled(live, await self._port.grant_entries(account_id, chunk))
+        return view, live
 
     async def grant_view(self, account_id: str, grant_id: int) -> GrantView:
         self._check_serving()
@@ -306,6 +394,17 @@ class Ledger:
     async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         self._check_serving()
         return await self._port.entries(account_id, after_sequence, limit)
+
+    async def accounts(self, prefix: str, after: str, limit: int) -> AccountPage:
+        """Existing accounts whose id starts with ``prefix`` ("": all), after the cursor
+        ``after`` ("": from the first), at most ``limit``, in byte order of the id, each at
+        its clock. Whose accounts a caller may see is the caller's business (the API narrows
+        ``prefix`` to the key's)."""
+        self._check_serving()
+        assert limit >= 1
+        found = await self._port.accounts(prefix, after, limit + 1)  # one more: is there more?
+        page = found[:limit]
+        return AccountPage(page, page[-1].account_id if len(found) > limit else None)
 
 
 async def _balance_baselines(
@@ -320,8 +419,8 @@ async def _balance_baselines(
     done before its first change and a failed read changes nothing."""
     baselines: dict[tuple[str, int], Totals] = {}
     for op in operations:
-        if not isinstance(op, BalanceOp) or op.timestamp is None:
-            continue
+        if not isinstance(op, BalanceOp) or op.timestamp is None or op.resource is not None:
+            continue  # a class is read from the tracker, never from history
         where = (op.account_id, op.timestamp)
         if where in baselines:
             continue
@@ -335,3 +434,52 @@ async def _balance_baselines(
         else:
             baselines[where] = (tracker.available_at(op.timestamp), tracker.debt)
     return baselines
+
+
+GrantRecord = tuple[GrantEntry | None, VoidEntry | None]  # a grant's entry, and its void's
+
+
+async def _replay(uow: UnitOfWork, scope: str, idempotency: Idempotency | None) -> Replay | None:
+    """The stored answer to a retry; None the first time, once the key is sure to fit."""
+    if idempotency is None:
+        return None
+    stored = await uow.stored_answer(scope, idempotency)
+    if stored is not None:
+        return Replay(stored.status_code, stored.body)
+    uow.make_room_for_key(scope)
+    return None
+
+
+async def _grant_record(uow: UnitOfWork, account: AccountState, grant_id: int) -> GrantRecord:
+    if not 1 <= grant_id < account.tracker.next_grant_id:
+        return None, None  # never granted: nothing to read
+    return await uow.grant_record(account.account_id, grant_id)
+
+
+async def _grant_records(
+    operations: Sequence[Operation], accounts: Mapping[str, AccountState], uow: UnitOfWork
+) -> dict[tuple[str, int], GrantRecord]:
+    """Before a batch changes anything: the stored records of the grants its voids name (as
+    ``_balance_baselines``, so every I/O is done before the first change)."""
+    records: dict[tuple[str, int], GrantRecord] = {}
+    for op in operations:
+        if not isinstance(op, VoidOp) or (op.account_id, op.grant_id) in records:
+            continue
+        account = accounts.get(op.account_id)
+        if account is not None:
+            records[(op.account_id, op.grant_id)] = await _grant_record(uow, account, op.grant_id)
+    return records
+
+
+def _record_in_batch(
+    op: VoidOp, made: Sequence[Entry], records: Mapping[tuple[str, int], GrantRecord]
+) -> GrantRecord:
+    """A void's grant record as the batch so far left it: entries the batch made for the
+    grant (its grant, an earlier void) come after what storage holds."""
+    grant, voided = records.get((op.account_id, op.grant_id), (None, None))
+    for entry in made:
+        if isinstance(entry, GrantEntry) and entry.grant_id == op.grant_id:
+            grant = entry
+        elif isinstance(entry, VoidEntry) and entry.grant_id == op.grant_id:
+            voided = entry
+    return grant, voided

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.domain import Allocation
 from app.service.commands import Operation
 
 
@@ -27,6 +26,19 @@ class GrantReceipt:
     debt: int
     settled_debt: int
     retained: int
+    name: str | None = None
+    metadata: dict[str, str] | None = None
+    resources: list[str] | None = None  # sorted; None: unrestricted
+
+
+@dataclass(slots=True)
+class AllocationView:
+    """How much a consumption took from one grant, as the API shows it."""
+
+    grant_id: int
+    expiry: int
+    amount: int
+    resources: list[str] | None = None  # the grant's classes
 
 
 @dataclass(slots=True)
@@ -40,7 +52,20 @@ class ConsumptionReceipt:
     debt: int
     consumed: int
     debt_added: int
-    allocation: list[Allocation]  # the core's own records, in the order drawn
+    allocation: list[AllocationView]  # in the order drawn
+    resource: str | None = None  # the class it ran on
+
+
+@dataclass(slots=True)
+class VoidReceipt:
+    account_id: str
+    grant_id: int
+    sequence: int
+    timestamp: int
+    amount: int  # the live remainder removed; 0 if it was used up or expired
+    balance: int
+    available: int
+    debt: int
 
 
 @dataclass(slots=True)
@@ -50,6 +75,15 @@ class BalanceView:
     balance: int
     available: int
     debt: int
+    resource: str | None = None  # the class read; None: totals over everything
+
+
+@dataclass(slots=True)
+class AccountPage:
+    """A page of the account list: each account at its clock, in byte order of the id."""
+
+    accounts: list[BalanceView]
+    next_after: str | None  # the cursor of the next page; None when this is the last
 
 
 @dataclass(slots=True)
@@ -59,6 +93,9 @@ class LiveGrantView:
     grant_id: int
     expiry: int
     remaining: int
+    name: str | None = None
+    metadata: dict[str, str] | None = None
+    resources: list[str] | None = None
 
 
 @dataclass(slots=True)
@@ -72,9 +109,12 @@ class GrantView:
     settled_debt: int
     retained: int
     remaining: int  # 0 once consumed, expired, or swallowed by debt
+    name: str | None = None
+    metadata: dict[str, str] | None = None
+    resources: list[str] | None = None
 
 
-Result = GrantReceipt | ConsumptionReceipt | BalanceView
+Result = GrantReceipt | ConsumptionReceipt | VoidReceipt | BalanceView
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ from app.service.errors import QuotaExceeded
 from app.service.idempotency import Idempotency
 from app.service.journal import AccountState, Totals
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
-from app.storage.base import Change, Entry, IdempotencyRecord
+from app.storage.base import Change, Entry, GrantEntry, IdempotencyRecord, VoidEntry
 
 
 class UnitOfWork(Protocol):
@@ -59,6 +59,13 @@ class UnitOfWork(Protocol):
     async def history(self, account_id: str, timestamp: int) -> Totals:
         """The committed (available, debt) after the account's last entry at or before
         ``timestamp`` (an as-of read)."""
+        ...
+
+    async def grant_record(
+        self, account_id: str, grant_id: int
+    ) -> tuple[GrantEntry | None, VoidEntry | None]:
+        """The committed grant entry of one of the held accounts' grants, and the entry that
+        voided it; None for what does not exist."""
         ...
 
     async def commit(self, changes: Sequence[Change], key: IdempotencyRecord | None) -> None:
@@ -106,10 +113,28 @@ class LedgerPort(Protocol):
 
     # -- reads: safe, they change nothing ---------------------------------------------------
 
-    async def balance(self, account_id: str, timestamp: int | None) -> BalanceView: ...
+    async def balance(
+        self, account_id: str, timestamp: int | None, resource: str | None = None
+    ) -> BalanceView: ...
 
-    async def live_grants(self, account_id: str) -> tuple[BalanceView, list[LiveGrantView]]: ...
+    async def live_grants(
+        self, account_id: str, resource: str | None = None
+    ) -> tuple[BalanceView, list[LiveGrantView]]: ...
 
     async def grant_view(self, account_id: str, grant_id: int) -> GrantView: ...
 
     async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]: ...
+
+    async def grant_entries(
+        self, account_id: str, grant_ids: Sequence[int]
+    ) -> Mapping[int, GrantEntry]:
+        """The committed grant entries of these grants (at most ``MAX_GRANT_IDS_PER_READ``)."""
+        ...
+
+    async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
+        """Up to ``limit`` existing accounts whose id starts with ``prefix`` and is greater
+        than ``after`` ("": from the first), in byte order of the id, each at its clock (what
+        ``balance`` answers without a time). An account exists once a write that made it is
+        durable: a failed request's account is never listed, an acknowledged one always is.
+        Bounded work: no account outside the page is read, and no history."""
+        ...

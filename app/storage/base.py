@@ -32,9 +32,12 @@ from dataclasses import dataclass, field
 # Records here and in app.service are plain (not frozen) slotted dataclasses: they are made
 # several times per operation on the hot path, and a frozen dataclass's __init__ costs about
 # twice as much. Nothing mutates them after construction.
-from typing import ClassVar, Literal, Protocol, runtime_checkable
+from typing import ClassVar, Final, Literal, Protocol, runtime_checkable
 
-from app.domain import Allocation, LiveGrant, TrackerState
+from app.domain import Allocation, Debt, LiveGrant, TrackerState
+
+# Grant ids one read_grant_entries call takes: one SQL statement's parameters stay bounded.
+MAX_GRANT_IDS_PER_READ: Final = 500
 
 # Ledger entries: one typed record per kind, from the service to the API (no untyped
 # details cross a layer; ``app.storage.rows`` alone turns the kind-specific members into the
@@ -52,6 +55,10 @@ class GrantEntry:
     expiry: int
     settled_debt: int
     retained: int
+    # The caller's label for the grant (SPEC section 7), as given; None when not given.
+    name: str | None = None
+    metadata: dict[str, str] | None = None
+    resources: tuple[str, ...] | None = None  # the classes it pays for; None: unrestricted
     kind: ClassVar[Literal["grant"]] = "grant"
 
 
@@ -65,6 +72,7 @@ class ConsumptionEntry:
     consumed: int
     debt_added: int
     allocation: tuple[Allocation, ...]  # which grants gave how much, in the order drawn
+    resource: str | None = None  # the class it ran on; None: no class
     kind: ClassVar[Literal["consumption"]] = "consumption"
 
 
@@ -79,10 +87,25 @@ class ExpirationEntry:
     grant_id: int
     expiry: int
     amount: int
+    resources: tuple[str, ...] | None = None  # the grant's classes
     kind: ClassVar[Literal["expiration"]] = "expiration"
 
 
-Entry = GrantEntry | ConsumptionEntry | ExpirationEntry
+@dataclass(slots=True)
+class VoidEntry:
+    """A grant voided (SPEC section 7): its live remainder, ``amount``, removed; what it
+    already paid or settled stays. At most one per grant."""
+
+    sequence: int
+    timestamp: int
+    available: int
+    debt: int
+    grant_id: int
+    amount: int  # the live remainder removed; 0 when it was used up or expired
+    kind: ClassVar[Literal["void"]] = "void"
+
+
+Entry = GrantEntry | ConsumptionEntry | ExpirationEntry | VoidEntry
 
 
 @dataclass(slots=True)
@@ -106,6 +129,9 @@ class AccountRow:
     debt: int
     next_grant_id: int
     next_sequence: int
+    # The debt queue by class (``TrackerState.debts``): () when there is none or all of it is
+    # of no class, as every account before classes existed.
+    debts: tuple[Debt, ...] = ()
 
 
 @dataclass(slots=True)
@@ -147,6 +173,7 @@ class AccountState:
     next_grant_id: int
     next_sequence: int
     version: int  # bumped by every committed write: tells caches they are stale
+    debts: tuple[Debt, ...] = ()  # as ``AccountRow.debts``
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +196,12 @@ class MigrationStatus:
     def newer_than_known(self) -> bool:
         """Made by a newer release: this one must not use it."""
         return self.current > max(self.known, default=0)
+
+
+# Account ids are 1 to 128 characters of ASCII below 0x7f (SPEC section 3), so in byte order
+# the ids that start with a prefix ``p`` are exactly those in [p, p + ACCOUNT_ID_END). Every
+# backend lists accounts by that range: an index range scan, never a scan of every account.
+ACCOUNT_ID_END: Final = "\x7f"
 
 
 class StorageError(RuntimeError):
@@ -215,6 +248,17 @@ class StorageBackend(Protocol):
         """Up to ``limit`` committed entries of the account with sequence > ``after_sequence``."""
         ...
 
+    async def read_grant_entries(
+        self, account_id: str, grant_ids: Sequence[int]
+    ) -> dict[int, GrantEntry]:
+        """The grant entries of these grants that exist, by grant id (at most
+        ``MAX_GRANT_IDS_PER_READ`` ids: the caller splits a longer list)."""
+        ...
+
+    async def read_void_entry(self, account_id: str, grant_id: int) -> VoidEntry | None:
+        """The entry that voided this grant, if it was voided."""
+        ...
+
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         """The committed grant entry of ``grant_id``, if any."""
         ...
@@ -229,6 +273,13 @@ class StorageBackend(Protocol):
     async def read_account_state(self, account_id: str) -> LoadedAccount | None:
         """The account's committed row and live grants (in grant order), from one
         snapshot; None for an account never written."""
+        ...
+
+    async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
+        """Up to ``limit`` committed account rows whose id starts with ``prefix`` ("": every
+        account) and is greater than ``after`` ("": from the first), in byte order of the
+        id. Only accounts a committed write made: a failed request leaves none behind. The
+        work is bounded by ``limit``, whatever the number of accounts."""
         ...
 
     async def read_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
@@ -290,6 +341,12 @@ class Transaction(Protocol):
 
     async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]: ...
 
+    async def read_grant_record(
+        self, account_id: str, grant_id: int
+    ) -> tuple[GrantEntry | None, VoidEntry | None]:
+        """A grant's entry and the entry that voided it, each None if there is none."""
+        ...
+
     async def load_live_grants(self, account_ids: Sequence[str]) -> dict[str, list[LiveGrant]]: ...
 
     async def lock_key(self, scope: str, key: str) -> IdempotencyRecord | None:
@@ -312,6 +369,11 @@ class TransactionalStore(StorageBackend, Protocol):
         ...
 
     async def read_account(self, account_id: str) -> AccountState | None: ...
+
+    async def read_account_states(self, prefix: str, after: str, limit: int) -> list[AccountState]:
+        """``read_accounts`` with what a balance at the clock needs (``available``), from
+        the same rows."""
+        ...
 
     async def read_balance_at(
         self, account_id: str, timestamp: int

@@ -3,7 +3,10 @@ process (``close`` forgets everything); ``submit`` completes on the next loop tu
 there is no disk to wait for.
 
 It keeps what the other backends keep, so that the one storage contract holds for it too:
-entries, account rows, live grants and idempotency records. A group is checked whole before
+entries, account rows, live grants and idempotency records. Account ids are also kept in a
+sorted list, so that listing a page of accounts is a binary search and a slice (adding an
+account is a binary search and a list insertion: a memmove of 8 bytes per account held,
+under a millisecond at a million accounts). A group is checked whole before
 any of it is applied, so it is all or nothing like a transaction; a group that fails its
 checks fails this store for good, as a failed commit fails the SQLite one.
 """
@@ -18,6 +21,8 @@ from collections.abc import Sequence
 from app.domain import LiveGrant, TrackerState
 from app.storage import rows
 from app.storage.base import (
+    ACCOUNT_ID_END,
+    MAX_GRANT_IDS_PER_READ,
     AccountRow,
     Change,
     Entry,
@@ -27,6 +32,7 @@ from app.storage.base import (
     LoadedState,
     MigrationStatus,
     StorageError,
+    VoidEntry,
 )
 
 log = logging.getLogger("app.storage.memory")
@@ -42,8 +48,10 @@ class MemoryStore:
 
     def _forget(self) -> None:
         self._entries: dict[str, list[Entry]] = {}
-        self._grant_entries: dict[tuple[str, int], Entry] = {}
+        self._grant_entries: dict[tuple[str, int], GrantEntry] = {}
+        self._void_entries: dict[tuple[str, int], VoidEntry] = {}
         self._accounts: dict[str, AccountRow] = {}
+        self._account_ids: list[str] = []  # the keys of _accounts, in byte (code point) order
         self._live_grants: dict[str, dict[int, LiveGrant]] = {}
         # Dropped by the ledger's hourly prune: at most the keys of the retention period
         # and one sweep interval.
@@ -98,12 +106,16 @@ class MemoryStore:
 
     def _apply(self, change: Change) -> None:
         account_id = change.account.account_id
+        if account_id not in self._accounts:
+            bisect.insort(self._account_ids, account_id)
         self._accounts[account_id] = change.account
         entries = self._entries.setdefault(account_id, [])
         for entry in change.entries:
             entries.append(entry)
             if isinstance(entry, GrantEntry):
                 self._grant_entries[(account_id, entry.grant_id)] = entry
+            elif isinstance(entry, VoidEntry):
+                self._void_entries[(account_id, entry.grant_id)] = entry
         live_grants = self._live_grants.setdefault(account_id, {})
         for live in change.upserted_live_grants:
             live_grants[live.grant_id] = live
@@ -129,6 +141,16 @@ class MemoryStore:
         # sequence is 1-based and contiguous, so entry sequence s sits at index s - 1.
         return self._entries.get(account_id, [])[after_sequence : after_sequence + limit]
 
+    async def read_grant_entries(
+        self, account_id: str, grant_ids: Sequence[int]
+    ) -> dict[int, GrantEntry]:
+        assert len(grant_ids) <= MAX_GRANT_IDS_PER_READ
+        found = (self._grant_entries.get((account_id, g)) for g in grant_ids)
+        return {e.grant_id: e for e in found if e is not None}
+
+    async def read_void_entry(self, account_id: str, grant_id: int) -> VoidEntry | None:
+        return self._void_entries.get((account_id, grant_id))
+
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         return self._grant_entries.get((account_id, grant_id))
 
@@ -144,8 +166,19 @@ class MemoryStore:
         if row is None:
             return None
         live_grants = tuple(b for _, b in sorted(self._live_grants.get(account_id, {}).items()))
-        state = TrackerState(row.clock, row.debt, row.next_grant_id, live_grants)
+        state = TrackerState(row.clock, row.debt, row.next_grant_id, live_grants, row.debts)
         return LoadedAccount(state, row.next_sequence)
+
+    async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
+        ids = self._account_ids
+        start = max(bisect.bisect_right(ids, after), bisect.bisect_left(ids, prefix))
+        end = prefix + ACCOUNT_ID_END
+        found: list[AccountRow] = []
+        for account_id in ids[start : start + limit]:
+            if account_id >= end:
+                break
+            found.append(self._accounts[account_id])
+        return found
 
     async def read_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
         return self._keys.get((scope, key))

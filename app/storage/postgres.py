@@ -33,16 +33,21 @@ from asyncpg.pool import PoolConnectionProxy
 
 from app.domain import LiveGrant, TrackerState
 from app.storage import migrations, rows
-from app.storage.base import AccountState as AccountState  # where app.adapters.postgres finds it
 from app.storage.base import (
+    ACCOUNT_ID_END,
+    MAX_GRANT_IDS_PER_READ,
+    AccountRow,
     Change,
     Entry,
+    GrantEntry,
     IdempotencyRecord,
     LoadedAccount,
     LoadedState,
     MigrationStatus,
     StorageError,
+    VoidEntry,
 )
+from app.storage.base import AccountState as AccountState  # where app.adapters.postgres finds it
 from app.storage.migrations import Migration
 from app.storage.rows import ENTRY_COLUMNS, IDEMPOTENCY_COLUMNS, LIVE_GRANT_COLUMNS, columns
 
@@ -151,6 +156,16 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         ALTER TABLE entries RENAME COLUMN grant_seq TO grant_id;
         """,
     ),
+    (
+        5,
+        # Credits per GPU class and the grant lifecycle (SPEC sections 5 and 7): a live
+        # grant's classes, an account's debt queue by class, and voids looked up by grant.
+        """
+        CREATE INDEX entries_by_void ON entries (account_id, grant_id) WHERE kind = 'void';
+        ALTER TABLE live_grants ADD COLUMN resources jsonb;
+        ALTER TABLE accounts ADD COLUMN debts jsonb;
+        """,
+    ),
 )
 # The last entry at or before a time (reads are safe: an as-of read is answered from here).
 _TOTALS_AT = (
@@ -168,6 +183,7 @@ def _state(row: asyncpg.Record) -> AccountState:
         row["next_grant_id"],
         row["next_sequence"],
         row["version"],
+        rows.debts_of(row["debts"]),
     )
 
 
@@ -193,8 +209,27 @@ def _idempotency(row: asyncpg.Record) -> IdempotencyRecord:
     )
 
 
-_ACCOUNT_COLUMNS = "account_id, clock, debt, available, next_grant_id, next_sequence, version"
+_ACCOUNT_COLUMNS = (
+    "account_id, clock, debt, available, next_grant_id, next_sequence, version, debts"
+)
 _ENTRY_COLUMNS = "sequence, kind, timestamp, available, debt, details"
+# A grant's entry, and the entry that voided it (each kind has its own index on grant_id).
+_GRANT_ENTRY = (
+    f"SELECT {_ENTRY_COLUMNS} FROM entries "
+    "WHERE account_id = $1 AND grant_id = $2 AND kind = 'grant'"
+)
+_VOID_ENTRY = (
+    f"SELECT {_ENTRY_COLUMNS} FROM entries "
+    "WHERE account_id = $1 AND grant_id = $2 AND kind = 'void'"
+)
+# Accounts in byte order of their id, after a cursor and within a prefix's range: the
+# expressions are the index's (migration 3), so this is an index range scan with a LIMIT.
+ACCOUNTS_RANGE = (
+    f"SELECT {_ACCOUNT_COLUMNS} FROM accounts "
+    'WHERE account_id COLLATE "C" > $1 AND account_id COLLATE "C" >= $2 '
+    'AND account_id COLLATE "C" < $3 AND version > 0 '
+    'ORDER BY account_id COLLATE "C" LIMIT $4'
+)
 _SELECT_IDEMPOTENCY = (
     f"SELECT {columns(IDEMPOTENCY_COLUMNS)} FROM idempotency WHERE scope = $1 AND key = $2"
 )
@@ -202,7 +237,7 @@ _INSERT_ENTRY = (
     f"INSERT INTO entries ({columns(ENTRY_COLUMNS)}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)"
 )
 _UPSERT_LIVE_GRANT = (
-    f"INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES ($1, $2, $3, $4) "
+    f"INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES ($1, $2, $3, $4, $5::jsonb) "
     "ON CONFLICT (account_id, grant_id) DO UPDATE SET remaining = excluded.remaining"
 )
 _DELETE_LIVE_GRANT = "DELETE FROM live_grants WHERE account_id = $1 AND grant_id = $2"
@@ -211,7 +246,7 @@ _INSERT_IDEMPOTENCY = (
 )
 _UPDATE_ACCOUNT = (
     "UPDATE accounts SET clock = $2, debt = $3, available = $4, next_grant_id = $5, "
-    "next_sequence = $6, version = $7 WHERE account_id = $1"
+    "next_sequence = $6, version = $7, debts = $8::jsonb WHERE account_id = $1"
 )
 
 
@@ -236,7 +271,7 @@ class PgTransaction:
         another transaction inserted meanwhile is not returned: lock it with lock_accounts.
         New rows are placeholders until ``settle_accounts`` counts or removes them."""
         rows = await self._conn.fetch(
-            "INSERT INTO accounts SELECT unnest($1::text[]), 0, 0, 0, 1, 1, 0 "
+            "INSERT INTO accounts SELECT unnest($1::text[]), 0, 0, 0, 1, 1, 0, NULL "
             f"ON CONFLICT (account_id) DO NOTHING RETURNING {_ACCOUNT_COLUMNS}",
             sorted(account_ids),
         )
@@ -274,16 +309,26 @@ class PgTransaction:
         row = await self._conn.fetchrow(_TOTALS_AT, account_id, timestamp)
         return (0, 0) if row is None else (row["available"], row["debt"])
 
+    async def read_grant_record(
+        self, account_id: str, grant_id: int
+    ) -> tuple[GrantEntry | None, VoidEntry | None]:
+        return await _grant_record(self._conn, account_id, grant_id)
+
     async def load_live_grants(self, account_ids: Sequence[str]) -> dict[str, list[LiveGrant]]:
-        rows = await self._conn.fetch(
-            "SELECT account_id, grant_id, expiry, remaining FROM live_grants "
+        found = await self._conn.fetch(
+            "SELECT account_id, grant_id, expiry, remaining, resources FROM live_grants "
             "WHERE account_id = ANY($1::text[])",
             list(account_ids),
         )
         out: dict[str, list[LiveGrant]] = {a: [] for a in account_ids}
-        for row in rows:
+        for row in found:
             out[row["account_id"]].append(
-                LiveGrant(row["grant_id"], row["expiry"], row["remaining"])
+                LiveGrant(
+                    row["grant_id"],
+                    row["expiry"],
+                    row["remaining"],
+                    rows.classes_of(row["resources"]),
+                )
             )
         return out
 
@@ -324,6 +369,7 @@ class PgTransaction:
                         a.next_grant_id,
                         a.next_sequence,
                         new_versions[a.account_id],
+                        rows.debts_text(a.debts),
                     )
                     for a in group.accounts.values()
                 ],
@@ -449,6 +495,22 @@ class PostgresStore:
             )
         return None if row is None else _state(row)
 
+    async def read_account_states(self, prefix: str, after: str, limit: int) -> list[AccountState]:
+        """One range of the ``accounts_by_prefix`` index (byte order: ``COLLATE "C"``,
+        whatever the database's collation), at most ``limit`` rows. Placeholder rows (version
+        0, inserted for an account a transaction may create) never commit: the transaction
+        deletes the unused ones before COMMIT (``PgTransaction.settle_accounts``), and the
+        query does not rely on it (``version > 0``)."""
+        async with self._connection() as conn:
+            found = await conn.fetch(ACCOUNTS_RANGE, after, prefix, prefix + ACCOUNT_ID_END, limit)
+        return [_state(row) for row in found]
+
+    async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
+        return [
+            AccountRow(s.account_id, s.clock, s.debt, s.next_grant_id, s.next_sequence, s.debts)
+            for s in await self.read_account_states(prefix, after, limit)
+        ]
+
     async def read_balance_at(
         self, account_id: str, timestamp: int
     ) -> tuple[AccountState, tuple[int, int]] | None:
@@ -487,12 +549,16 @@ class PostgresStore:
             )
             if row is None:
                 return None, []
-            rows = await conn.fetch(
-                "SELECT grant_id, expiry, remaining FROM live_grants WHERE account_id = $1 "
-                "ORDER BY expiry, grant_id",
+            found = await conn.fetch(
+                "SELECT grant_id, expiry, remaining, resources FROM live_grants "
+                "WHERE account_id = $1 ORDER BY expiry, grant_id",
                 account_id,
             )
-        return _state(row), [LiveGrant(r["grant_id"], r["expiry"], r["remaining"]) for r in rows]
+        live = [
+            LiveGrant(r["grant_id"], r["expiry"], r["remaining"], rows.classes_of(r["resources"]))
+            for r in found
+        ]
+        return _state(row), live
 
     async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         async with self._connection() as conn:
@@ -504,6 +570,26 @@ class PostgresStore:
                 limit,
             )
         return [_entry(r) for r in rows]
+
+    async def read_grant_entries(
+        self, account_id: str, grant_ids: Sequence[int]
+    ) -> dict[int, GrantEntry]:
+        assert len(grant_ids) <= MAX_GRANT_IDS_PER_READ
+        if not grant_ids:
+            return {}
+        async with self._connection() as conn:
+            rows = await conn.fetch(
+                f"SELECT {_ENTRY_COLUMNS} FROM entries "
+                "WHERE account_id = $1 AND kind = 'grant' AND grant_id = ANY($2::bigint[])",
+                account_id,
+                list(grant_ids),
+            )
+        found = [_entry(r) for r in rows]
+        return {e.grant_id: e for e in found if isinstance(e, GrantEntry)}
+
+    async def read_void_entry(self, account_id: str, grant_id: int) -> VoidEntry | None:
+        async with self._connection() as conn:
+            return (await _grant_record(conn, account_id, grant_id))[1]
 
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         async with self._connection() as conn:
@@ -525,7 +611,9 @@ class PostgresStore:
         if state is None:
             return None
         in_grant_order = tuple(sorted(live_grants, key=lambda b: b.grant_id))
-        tracker_state = TrackerState(state.clock, state.debt, state.next_grant_id, in_grant_order)
+        tracker_state = TrackerState(
+            state.clock, state.debt, state.next_grant_id, in_grant_order, state.debts
+        )
         return LoadedAccount(tracker_state, state.next_sequence)
 
     async def read_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
@@ -616,3 +704,16 @@ async def migration_status(conn: Connection) -> MigrationStatus:
     if await conn.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL"):
         applied = [r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")]
     return migrations.status(applied, MIGRATIONS)
+
+
+async def _grant_record(
+    conn: Connection, account_id: str, grant_id: int
+) -> tuple[GrantEntry | None, VoidEntry | None]:
+    """A grant's entry and the entry that voided it (None for what does not exist)."""
+    grant_row = await conn.fetchrow(_GRANT_ENTRY, account_id, grant_id)
+    void_row = await conn.fetchrow(_VOID_ENTRY, account_id, grant_id)
+    grant = None if grant_row is None else _entry(grant_row)
+    void = None if void_row is None else _entry(void_row)
+    assert grant is None or isinstance(grant, GrantEntry)
+    assert void is None or isinstance(void, VoidEntry)
+    return grant, void

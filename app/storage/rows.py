@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from app.domain import Allocation
+from app.domain import Allocation, Debt
 from app.storage.base import (
     AccountRow,
     Change,
@@ -27,10 +27,24 @@ from app.storage.base import (
     Entry,
     ExpirationEntry,
     GrantEntry,
+    VoidEntry,
 )
 
-ACCOUNT_COLUMNS: Final = ("account_id", "clock", "debt", "next_grant_id", "next_sequence")
-LIVE_GRANT_COLUMNS: Final = ("account_id", "grant_id", "expiry", "remaining")
+ACCOUNT_COLUMNS: Final = (
+    "account_id",
+    "clock",
+    "debt",
+    "next_grant_id",
+    "next_sequence",
+    "debts",  # JSON [[class or null, amount], ...]; NULL: none, or all of no class
+)
+LIVE_GRANT_COLUMNS: Final = (
+    "account_id",
+    "grant_id",
+    "expiry",
+    "remaining",
+    "resources",  # JSON list of classes; NULL: unrestricted
+)
 ENTRY_COLUMNS: Final = (
     "account_id",
     "sequence",
@@ -38,7 +52,9 @@ ENTRY_COLUMNS: Final = (
     "timestamp",
     "available",
     "debt",
-    "grant_id",  # the grant's id on grant entries (indexed: a grant is looked up by it)
+    # The grant's id on grant and void entries (indexed for each kind: a grant and whether
+    # it was voided are looked up by it).
+    "grant_id",
     "details",
 )
 IDEMPOTENCY_COLUMNS: Final = (
@@ -76,10 +92,10 @@ BACKEND_ONLY_COLUMNS: Final[dict[str, dict[str, tuple[str, ...]]]] = {
     },
 }
 
-ENTRY_KINDS: Final = frozenset({"grant", "consumption", "expiration"})
+ENTRY_KINDS: Final = frozenset({"grant", "consumption", "expiration", "void"})
 
 EntryValues = tuple[str, int, str, int, int, int, int | None, str]
-LiveGrantValues = tuple[str, int, int, int]
+LiveGrantValues = tuple[str, int, int, int, str | None]
 IdempotencyValues = tuple[str, str, str, int, bytes, float]
 
 
@@ -94,9 +110,9 @@ class Rows:
     live_grant_deletes: list[tuple[str, int]] = field(default_factory=list)
     idempotency: list[IdempotencyValues] = field(default_factory=list)
 
-    def account_values(self) -> list[tuple[str, int, int, int, int]]:
+    def account_values(self) -> list[tuple[str, int, int, int, int, str | None]]:
         return [
-            (a.account_id, a.clock, a.debt, a.next_grant_id, a.next_sequence)
+            (a.account_id, a.clock, a.debt, a.next_grant_id, a.next_sequence, debts_text(a.debts))
             for a in self.accounts.values()
         ]
 
@@ -120,12 +136,18 @@ def encode(changes: Sequence[Change]) -> Rows:
                     e.timestamp,
                     e.available,
                     e.debt,
-                    e.grant_id if isinstance(e, GrantEntry) else None,
+                    e.grant_id if isinstance(e, GrantEntry | VoidEntry) else None,
                     dumps(_details(e), separators=(",", ":")),
                 )
             )
         for b in change.upserted_live_grants:
-            upserts[(account_id, b.grant_id)] = (account_id, b.grant_id, b.expiry, b.remaining)
+            upserts[(account_id, b.grant_id)] = (
+                account_id,
+                b.grant_id,
+                b.expiry,
+                b.remaining,
+                classes_text(b.resources),
+            )
         for grant_id in change.removed_grant_ids:
             upserts.pop((account_id, grant_id), None)
             rows.live_grant_deletes.append((account_id, grant_id))
@@ -207,9 +229,9 @@ def _check_entries(change: Change, last_timestamp: dict[str, int]) -> None:
         )
         assert e.available >= 0, f"{account_id}: entry {e.sequence} available < 0"
         assert e.debt >= 0, f"{account_id}: entry {e.sequence} debt < 0"
-        if isinstance(e, GrantEntry):
+        if isinstance(e, GrantEntry | VoidEntry):
             assert 1 <= e.grant_id < a.next_grant_id, (
-                f"{account_id}: grant entry {e.sequence} names grant {e.grant_id}"
+                f"{account_id}: {e.kind} entry {e.sequence} names grant {e.grant_id}"
             )
         previous = e.timestamp
     last_timestamp[account_id] = previous
@@ -234,24 +256,71 @@ def _check_live_grants(change: Change, removed: set[tuple[str, int]]) -> set[int
 def _details(e: Entry) -> dict[str, Any]:
     """The kind-specific members of an entry, as the ``details`` column keeps them."""
     if isinstance(e, GrantEntry):
-        return {
+        details: dict[str, Any] = {
             "grant_id": e.grant_id,
             "amount": e.amount,
             "expiry": e.expiry,
             "settled_debt": e.settled_debt,
             "retained": e.retained,
         }
+        # Only when given: an unlabelled grant's row is byte for byte what earlier releases
+        # wrote, and their rows read back as unlabelled.
+        if e.name is not None:
+            details["name"] = e.name
+        if e.metadata is not None:
+            details["metadata"] = e.metadata
+        if e.resources is not None:
+            details["resources"] = list(e.resources)
+        return details
     if isinstance(e, ConsumptionEntry):
-        return {
+        consumption: dict[str, Any] = {
             "amount": e.amount,
             "consumed": e.consumed,
             "debt_added": e.debt_added,
-            "allocation": [
-                {"grant_id": d.grant_id, "expiry": d.expiry, "amount": d.amount}
-                for d in e.allocation
-            ],
+            "allocation": [_allocation(d) for d in e.allocation],
         }
-    return {"grant_id": e.grant_id, "expiry": e.expiry, "amount": e.amount}
+        if e.resource is not None:
+            consumption["resource"] = e.resource
+        return consumption
+    if isinstance(e, VoidEntry):
+        return {"grant_id": e.grant_id, "amount": e.amount}
+    expiration: dict[str, Any] = {"grant_id": e.grant_id, "expiry": e.expiry, "amount": e.amount}
+    if e.resources is not None:
+        expiration["resources"] = list(e.resources)
+    return expiration
+
+
+def _allocation(a: Allocation) -> dict[str, Any]:
+    # Classes only when the grant had some: rows of unrestricted grants read as before.
+    part: dict[str, Any] = {"grant_id": a.grant_id, "expiry": a.expiry, "amount": a.amount}
+    if a.resources is not None:
+        part["resources"] = list(a.resources)
+    return part
+
+
+def classes_text(resources: tuple[str, ...] | None) -> str | None:
+    """A class list as its column keeps it (JSON; NULL: unrestricted)."""
+    return None if resources is None else json.dumps(list(resources), separators=(",", ":"))
+
+
+def classes_of(text: str | None) -> tuple[str, ...] | None:
+    return None if text is None else tuple(json.loads(text))
+
+
+def debts_text(debts: tuple[Debt, ...]) -> str | None:
+    """The debt queue as its column keeps it (JSON; NULL: none, or all of no class)."""
+    if not debts:
+        return None
+    return json.dumps([[d.resource, d.amount] for d in debts], separators=(",", ":"))
+
+
+def debts_of(text: str | None) -> tuple[Debt, ...]:
+    return () if text is None else tuple(Debt(r, a) for r, a in json.loads(text))
+
+
+def _classes(d: dict[str, Any], member: str) -> tuple[str, ...] | None:
+    found = d.get(member)
+    return None if found is None else tuple(found)
 
 
 def entry_of(
@@ -270,10 +339,14 @@ def entry_of(
             d["expiry"],
             d["settled_debt"],
             d["retained"],
+            d.get("name"),
+            d.get("metadata"),
+            _classes(d, "resources"),
         )
     if kind == "consumption":
         allocation = tuple(
-            Allocation(a["grant_id"], a["expiry"], a["amount"]) for a in d["allocation"]
+            Allocation(a["grant_id"], a["expiry"], a["amount"], _classes(a, "resources"))
+            for a in d["allocation"]
         )
         return ConsumptionEntry(
             sequence,
@@ -284,10 +357,20 @@ def entry_of(
             d["consumed"],
             d["debt_added"],
             allocation,
+            d.get("resource"),
         )
+    if kind == "void":
+        return VoidEntry(sequence, timestamp, available, debt, d["grant_id"], d["amount"])
     assert kind == "expiration", f"unknown entry kind {kind!r}"
     return ExpirationEntry(
-        sequence, timestamp, available, debt, d["grant_id"], d["expiry"], d["amount"]
+        sequence,
+        timestamp,
+        available,
+        debt,
+        d["grant_id"],
+        d["expiry"],
+        d["amount"],
+        _classes(d, "resources"),
     )
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import json
 import logging
 import os
 import sqlite3
@@ -52,13 +53,18 @@ from typing import Any, Final
 from app.domain import LiveGrant, TrackerState
 from app.storage import migrations, rows
 from app.storage.base import (
+    ACCOUNT_ID_END,
+    MAX_GRANT_IDS_PER_READ,
+    AccountRow,
     Change,
     Entry,
+    GrantEntry,
     IdempotencyRecord,
     LoadedAccount,
     LoadedState,
     MigrationStatus,
     StorageError,
+    VoidEntry,
 )
 from app.storage.migrations import Migration
 from app.storage.rows import (
@@ -148,6 +154,16 @@ ALTER TABLE entries RENAME COLUMN seq TO sequence;
 ALTER TABLE entries RENAME COLUMN grant_seq TO grant_id;
 """,
     ),
+    (
+        4,
+        # Credits per GPU class and the grant lifecycle (SPEC sections 5 and 7): a live
+        # grant's classes, an account's debt queue by class, and voids looked up by grant.
+        """
+CREATE INDEX entries_by_void ON entries (account_id, grant_id) WHERE kind = 'void';
+ALTER TABLE live_grants ADD COLUMN resources TEXT;
+ALTER TABLE accounts ADD COLUMN debts TEXT;
+""",
+    ),
 )
 _CREATE_MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -157,13 +173,14 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 """
 
 _UPSERT_ACCOUNT = f"""
-INSERT INTO accounts ({columns(ACCOUNT_COLUMNS)}) VALUES (?, ?, ?, ?, ?)
+INSERT INTO accounts ({columns(ACCOUNT_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (account_id) DO UPDATE SET
     clock = excluded.clock, debt = excluded.debt,
-    next_grant_id = excluded.next_grant_id, next_sequence = excluded.next_sequence
+    next_grant_id = excluded.next_grant_id, next_sequence = excluded.next_sequence,
+    debts = excluded.debts
 """
 _UPSERT_LIVE_GRANT = f"""
-INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES (?, ?, ?, ?)
+INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (account_id, grant_id) DO UPDATE SET remaining = excluded.remaining
 """
 _DELETE_LIVE_GRANT = "DELETE FROM live_grants WHERE account_id = ? AND grant_id = ?"
@@ -174,6 +191,14 @@ _INSERT_IDEMPOTENCY = (
     f"INSERT OR REPLACE INTO idempotency ({columns(IDEMPOTENCY_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)"
 )
 _ENTRY_FIELDS = "sequence, kind, timestamp, available, debt, details"
+# Accounts in byte order of their id, after a cursor and within a prefix's range: a range of
+# the primary key (``accounts`` is WITHOUT ROWID, clustered on ``account_id``, whose BINARY
+# collation is byte order), read in order, so no sort and at most LIMIT rows.
+ACCOUNTS_RANGE = (
+    f"SELECT {columns(ACCOUNT_COLUMNS)} FROM accounts "
+    "WHERE account_id > ? AND account_id >= ? AND account_id < ? "
+    "ORDER BY account_id LIMIT ?"
+)
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -300,15 +325,28 @@ class SqliteStore:
 
         state = LoadedState()
         live_grants: dict[str, list[LiveGrant]] = {}
-        for account_id, grant_id, expiry, remaining in conn.execute(
-            "SELECT account_id, grant_id, expiry, remaining FROM live_grants"
+        # Accounts share their class lists: one tuple per distinct list, not one per grant.
+        shared: dict[str, tuple[str, ...]] = {}
+        for account_id, grant_id, expiry, remaining, resources in conn.execute(
+            "SELECT account_id, grant_id, expiry, remaining, resources FROM live_grants"
         ):
-            live_grants.setdefault(account_id, []).append(LiveGrant(grant_id, expiry, remaining))
-        for account_id, clock, debt, next_grant_id, next_sequence in conn.execute(
-            "SELECT account_id, clock, debt, next_grant_id, next_sequence FROM accounts"
+            classes = None
+            if resources is not None:
+                classes = shared.get(resources)
+                if classes is None:
+                    classes = shared[resources] = tuple(json.loads(resources))
+            live_grants.setdefault(account_id, []).append(
+                LiveGrant(grant_id, expiry, remaining, classes)
+            )
+        for account_id, clock, debt, next_grant_id, next_sequence, debts in conn.execute(
+            "SELECT account_id, clock, debt, next_grant_id, next_sequence, debts FROM accounts"
         ):
             tracker_state = TrackerState(
-                clock, debt, next_grant_id, tuple(live_grants.pop(account_id, ()))
+                clock,
+                debt,
+                next_grant_id,
+                tuple(live_grants.pop(account_id, ())),
+                rows.debts_of(debts),
             )
             state.accounts[account_id] = LoadedAccount(tracker_state, next_sequence)
         if live_grants:
@@ -581,6 +619,45 @@ class SqliteStore:
         ).fetchall()
         return [_entry_from_row(r) for r in found]
 
+    async def read_grant_entries(
+        self, account_id: str, grant_ids: Sequence[int]
+    ) -> dict[int, GrantEntry]:
+        assert len(grant_ids) <= MAX_GRANT_IDS_PER_READ
+        if not grant_ids:
+            return {}
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._reader, self._read_grant_entries, account_id, list(grant_ids)
+        )
+
+    def _read_grant_entries(self, account_id: str, grant_ids: list[int]) -> dict[int, GrantEntry]:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        marks = ", ".join("?" * len(grant_ids))
+        rows = conn.execute(
+            f"SELECT {_ENTRY_FIELDS} FROM entries "
+            f"WHERE account_id = ? AND kind = 'grant' AND grant_id IN ({marks})",
+            (account_id, *grant_ids),
+        ).fetchall()
+        found = [_entry_from_row(r) for r in rows]
+        return {e.grant_id: e for e in found if isinstance(e, GrantEntry)}
+
+    async def read_void_entry(self, account_id: str, grant_id: int) -> VoidEntry | None:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reader, self._read_void_entry, account_id, grant_id)
+
+    def _read_void_entry(self, account_id: str, grant_id: int) -> VoidEntry | None:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        row = conn.execute(
+            f"SELECT {_ENTRY_FIELDS} FROM entries "
+            "WHERE account_id = ? AND grant_id = ? AND kind = 'void'",
+            (account_id, grant_id),
+        ).fetchone()
+        entry = None if row is None else _entry_from_row(row)
+        assert entry is None or isinstance(entry, VoidEntry)
+        return entry
+
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
@@ -626,6 +703,21 @@ class SqliteStore:
                 high = mid - 1
         return found
 
+    async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reader, self._read_accounts, prefix, after, limit)
+
+    def _read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        found = conn.execute(
+            ACCOUNTS_RANGE, (after, prefix, prefix + ACCOUNT_ID_END, limit)
+        ).fetchall()
+        return [
+            AccountRow(account_id, clock, debt, next_grant_id, next_sequence, rows.debts_of(debts))
+            for account_id, clock, debt, next_grant_id, next_sequence, debts in found
+        ]
+
     async def read_idempotency_body(self, scope: str, key: str) -> bytes | None:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._reader, self._read_idempotency_body, scope, key)
@@ -664,15 +756,15 @@ class SqliteStore:
         conn.execute("BEGIN")  # one snapshot for both statements
         try:
             row = conn.execute(
-                "SELECT clock, debt, next_grant_id, next_sequence FROM accounts "
+                "SELECT clock, debt, next_grant_id, next_sequence, debts FROM accounts "
                 "WHERE account_id = ?",
                 (account_id,),
             ).fetchone()
             live_grants = tuple(
-                LiveGrant(grant_id, expiry, remaining)
-                for grant_id, expiry, remaining in conn.execute(
-                    "SELECT grant_id, expiry, remaining FROM live_grants WHERE account_id = ? "
-                    "ORDER BY grant_id",
+                LiveGrant(grant_id, expiry, remaining, rows.classes_of(resources))
+                for grant_id, expiry, remaining, resources in conn.execute(
+                    "SELECT grant_id, expiry, remaining, resources FROM live_grants "
+                    "WHERE account_id = ? ORDER BY grant_id",
                     (account_id,),
                 )
             )
@@ -680,8 +772,9 @@ class SqliteStore:
             conn.execute("COMMIT")
         if row is None:
             return None
-        clock, debt, next_grant_id, next_sequence = row
-        return LoadedAccount(TrackerState(clock, debt, next_grant_id, live_grants), next_sequence)
+        clock, debt, next_grant_id, next_sequence, debts = row
+        tracker_state = TrackerState(clock, debt, next_grant_id, live_grants, rows.debts_of(debts))
+        return LoadedAccount(tracker_state, next_sequence)
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         loop = asyncio.get_running_loop()

@@ -132,6 +132,36 @@ async def paginate(client: httpx.AsyncClient, limit: int, account_id: str = ACCO
         after = page["next_after"]
 
 
+ACCOUNTS_URL = "/v1/accounts"
+
+
+async def account_ids(
+    client: httpx.AsyncClient,
+    limit: int,
+    prefix: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> list[str]:
+    """Every account ``GET /v1/accounts`` lists, page by page, following ``next_after``;
+    checks each page's shape and cursor on the way."""
+    ids: list[str] = []
+    after: str | None = None
+    while True:
+        params = {"limit": str(limit)}
+        if prefix is not None:
+            params["prefix"] = prefix
+        if after is not None:
+            params["after"] = after
+        page = ok(await client.get(ACCOUNTS_URL, params=params, headers=headers))
+        assert set(page) == {"accounts", "next_after"}, page
+        assert len(page["accounts"]) <= limit
+        ids += [a["account_id"] for a in page["accounts"]]
+        if page["next_after"] is None:
+            return ids
+        assert len(page["accounts"]) == limit, "only a full page has a next one"
+        assert page["next_after"] == page["accounts"][-1]["account_id"]
+        after = page["next_after"]
+
+
 @dataclass(frozen=True)
 class Snapshot:
     balance_status: int

@@ -49,6 +49,8 @@ class Account:
     debt: int = 0
     next_grant_id: int = 1
     held: list[list[int]] = field(default_factory=list)  # [expiry, grant_id, remaining]
+    # grant_id -> (name, metadata) as given (SPEC section 7)
+    labels: dict[int, tuple[str | None, dict[str, str] | None]] = field(default_factory=dict)
     entries: list[JSON] = field(default_factory=list)  # the ledger, as GET .../ledger lists it
     # (grant_id, expiry, amount) of the live grants the latest accepted call expired
     expired: list[tuple[int, int, int]] = field(default_factory=list)
@@ -72,11 +74,19 @@ class Account:
             held=[list(b) for b in self.held],
             entries=list(self.entries),
             expired=list(self.expired),
+            labels=dict(self.labels),
         )
 
     # -- writes ----------------------------------------------------------------------------
 
-    def grant(self, amount: object, timestamp: object, expiry: object) -> JSON:
+    def grant(
+        self,
+        amount: object,
+        timestamp: object,
+        expiry: object,
+        name: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> JSON:
         if not (is_valid(amount, 1) and is_valid(timestamp, 0) and is_valid(expiry, 0)):
             raise Rejected("invalid")
         if expiry <= timestamp:
@@ -92,6 +102,7 @@ class Account:
         self.debt -= settled
         if retained:
             self.held.append([expiry, grant_id, retained])
+        self.labels[grant_id] = (name, metadata)
         return self._write(
             "grant",
             timestamp,
@@ -100,6 +111,9 @@ class Account:
             expiry=expiry,
             settled_debt=settled,
             retained=retained,
+            resources=None,
+            name=name,
+            metadata=metadata,
         )
 
     def consume(self, amount: object, timestamp: object) -> JSON:
@@ -119,7 +133,9 @@ class Account:
             take = min(left, live[2])
             live[2] -= take
             left -= take
-            allocation.append({"grant_id": live[1], "expiry": live[0], "amount": take})
+            allocation.append(
+                {"grant_id": live[1], "expiry": live[0], "amount": take, "resources": None}
+            )
         self.held = [b for b in self.held if b[2] > 0]
         self.debt += debt_added
         return self._write(
@@ -129,6 +145,7 @@ class Account:
             consumed=consumed,
             debt_added=debt_added,
             allocation=allocation,
+            resource=None,
         )
 
     # -- reads -----------------------------------------------------------------------------
@@ -149,7 +166,15 @@ class Account:
         """``GET .../grants``: the state at the clock and the live grants in consumption
         order."""
         grants = [
-            {"grant_id": g, "expiry": e, "remaining": r} for e, g, r in self.in_consumption_order()
+            {
+                "grant_id": g,
+                "expiry": e,
+                "remaining": r,
+                "resources": None,
+                "name": self.labels[g][0],
+                "metadata": self.labels[g][1],
+            }
+            for e, g, r in self.in_consumption_order()
         ]
         return {**self.read_balance(), "grants": grants}
 
@@ -177,7 +202,14 @@ class Account:
         self.expired = []
         for expiry, grant_id, remaining in sorted(b for b in self.held if b[0] <= timestamp):
             self.held.remove([expiry, grant_id, remaining])
-            self._record("expiration", expiry, grant_id=grant_id, expiry=expiry, amount=remaining)
+            self._record(
+                "expiration",
+                expiry,
+                grant_id=grant_id,
+                expiry=expiry,
+                amount=remaining,
+                resources=None,
+            )
             self.expired.append((grant_id, expiry, remaining))
         self.clock = timestamp
 
@@ -206,4 +238,5 @@ class Account:
             "balance": available - debt,
             "available": available,
             "debt": debt,
+            "resource": None,
         }

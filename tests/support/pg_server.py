@@ -139,11 +139,23 @@ class PostgresServer:
     def url_for(self, database: str) -> str:
         return f"postgresql://{SUPERUSER}@{self.host}:{self.port}/{database}"
 
-    def create_database(self, name: str) -> str:
-        """Create an empty database ``name`` on this server and return its URL."""
+    def create_database(self, name: str, icu_locale: str | None = None) -> str:
+        """Create an empty database ``name`` on this server and return its URL. The server's
+        collation is C (byte order); with ``icu_locale`` (``en-US``) the database's default
+        collation is that ICU locale's instead, as production databases often have, so that
+        a query that forgets ``COLLATE "C"`` where it needs byte order is caught."""
         if not _DATABASE_NAME.fullmatch(name):
             raise ValueError(f"database name {name!r} must match {_DATABASE_NAME.pattern}")
-        self._client("createdb", name)
+        if icu_locale is None:
+            self._client("createdb", name)
+        else:
+            self._client(
+                "createdb",
+                "--template=template0",
+                "--locale-provider=icu",
+                f"--icu-locale={icu_locale}",
+                name,
+            )
         self.databases.append(name)
         return self.url_for(name)
 

@@ -64,17 +64,24 @@ class Step:
 
 def _grant(amount: int, timestamp: int, expiry: int, **answer: Any) -> Step:
     args = {"amount": amount, "timestamp": timestamp, "expiry": expiry}
-    return Step("grant", args, None, {**args, **answer})
+    body = {**args, **answer, "resources": None, "name": None, "metadata": None}
+    return Step("grant", args, None, body)
 
 
 def _consume(amount: int, timestamp: int, returns: int, **answer: Any) -> Step:
     args = {"amount": amount, "timestamp": timestamp}
-    return Step("consume", args, returns, {**args, "debt": returns, **answer})
+    return Step("consume", args, returns, {**args, "debt": returns, **answer, "resource": None})
 
 
 def _balance(timestamp: int, returns: int, available: int, debt: int) -> Step:
     assert returns == available - debt
-    answer = {"timestamp": timestamp, "balance": returns, "available": available, "debt": debt}
+    answer = {
+        "timestamp": timestamp,
+        "balance": returns,
+        "available": available,
+        "debt": debt,
+        "resource": None,
+    }
     return Step("balance", {"timestamp": timestamp}, returns, answer)
 
 
@@ -106,19 +113,22 @@ EXAMPLE_1 = Example(
                settled_debt=0, retained=50),
         # 50 from the expiry-5 grant, 20 from expiry-10 (80 left)
         _consume(70, 3, 0, sequence=3, balance=80, available=80, consumed=70, debt_added=0,
-                 allocation=[{"grant_id": 2, "expiry": 5, "amount": 50},
-                             {"grant_id": 1, "expiry": 10, "amount": 20}]),
+                 allocation=[{"grant_id": 2, "expiry": 5, "amount": 50, "resources": None},
+                             {"grant_id": 1, "expiry": 10, "amount": 20, "resources": None}]),
         _balance(4, 80, available=80, debt=0),
         # 80 consumed, 10 become debt; ``debt`` is the total, which consume returns
         _consume(90, 8, 10, sequence=4, balance=-10, available=0, consumed=80, debt_added=10,
-                 allocation=[{"grant_id": 1, "expiry": 10, "amount": 80}]),
+                 allocation=[{"grant_id": 1, "expiry": 10, "amount": 80, "resources": None}]),
         _balance(8, -10, available=0, debt=10),
         # 10 settle the debt, 20 stay active
         _grant(30, 12, 20, grant_id=3, sequence=5, balance=20, available=20, debt=0,
                settled_debt=10, retained=20),
         _balance(12, 20, available=20, debt=0),
     ),
-    live_grants=[{"grant_id": 3, "expiry": 20, "remaining": 20}],
+    live_grants=[
+        {"grant_id": 3, "expiry": 20, "remaining": 20,
+         "resources": None, "name": None, "metadata": None}
+    ],
 )  # fmt: skip
 
 EXAMPLE_2 = Example(
@@ -135,7 +145,7 @@ EXAMPLE_2 = Example(
     # The grant's 50, recorded when the consumption at 6 moved the clock past its expiry.
     expirations=[
         {"sequence": 2, "kind": "expiration", "timestamp": 5, "grant_id": 1, "expiry": 5,
-         "amount": 50, "balance": 0, "available": 0, "debt": 0},
+         "amount": 50, "balance": 0, "available": 0, "debt": 0, "resources": None},
     ],
 )  # fmt: skip
 

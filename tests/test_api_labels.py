@@ -1,0 +1,149 @@
+"""Grant names and metadata (SPEC section 7): kept as given and shown wherever the grant is
+(the grant's answer, getGrant, the live-grants list, the ledger, batches, replays); their
+limits are 422 and change nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.api import (
+    ACCOUNT,
+    assert_absent,
+    assert_problem,
+    before_storage,
+    error_locs,
+    ok,
+    snapshot,
+    url,
+)
+
+NAME = "Q3 research allocation: H100 pool ✓"
+METADATA = {"invoice": "INV-2026-0042", "note": "line one\nline two"}  # values may span lines
+
+
+def _grant_body(**extra: Any) -> dict[str, Any]:
+    return {"amount": 100, "timestamp": 0, "expiry": 10, **extra}
+
+
+async def test_a_label_is_shown_wherever_the_grant_is(client: httpx.AsyncClient) -> None:
+    made = ok(
+        await client.post(url(ACCOUNT, "grants"), json=_grant_body(name=NAME, metadata=METADATA)),
+        201,
+    )
+    assert (made["name"], made["metadata"]) == (NAME, METADATA)
+    plain = ok(await client.post(url(ACCOUNT, "grants"), json=_grant_body(expiry=20)), 201)
+    assert (plain["name"], plain["metadata"]) == (None, None)
+
+    detail = ok(await client.get(url(ACCOUNT, "grants/1")))
+    assert (detail["name"], detail["metadata"]) == (NAME, METADATA)
+    listed = ok(await client.get(url(ACCOUNT, "grants")))["grants"]
+    assert [(g["grant_id"], g["name"], g["metadata"]) for g in listed] == [
+        (1, NAME, METADATA),
+        (2, None, None),
+    ]
+    entries = ok(await client.get(url(ACCOUNT, "ledger")))["entries"]
+    assert [(e["name"], e["metadata"]) for e in entries] == [(NAME, METADATA), (None, None)]
+
+
+async def test_metadata_at_its_limits_is_kept_exactly(client: httpx.AsyncClient) -> None:
+    metadata = {f"k{i:02d}".ljust(40, "x"): "v" * 500 for i in range(20)}
+    name = "n" * 200
+    made = ok(
+        await client.post(url(ACCOUNT, "grants"), json=_grant_body(name=name, metadata=metadata)),
+        201,
+    )
+    assert (made["name"], made["metadata"]) == (name, metadata)
+    assert ok(await client.get(url(ACCOUNT, "grants/1")))["metadata"] == metadata
+
+
+async def test_batch_grants_carry_labels(client: httpx.AsyncClient) -> None:
+    op = {"op": "grant", "account_id": ACCOUNT, **_grant_body(name=NAME, metadata=METADATA)}
+    body = ok(await client.post("/v1/batch", json={"operations": [op]}))
+    result = body["results"][0]
+    assert result["status"] == 201
+    assert (result["body"]["name"], result["body"]["metadata"]) == (NAME, METADATA)
+    detail = ok(await client.get(url(ACCOUNT, "grants/1")))
+    assert (detail["name"], detail["metadata"]) == (NAME, METADATA)
+
+
+async def test_a_replay_has_the_label_and_another_label_is_another_request(
+    client: httpx.AsyncClient,
+) -> None:
+    headers = {"Idempotency-Key": "label-1"}
+    body = _grant_body(name=NAME, metadata=METADATA)
+    first = await client.post(url(ACCOUNT, "grants"), json=body, headers=headers)
+    again = await client.post(url(ACCOUNT, "grants"), json=body, headers=headers)
+    assert first.status_code == again.status_code == 201
+    assert again.content == first.content
+    other = await client.post(
+        url(ACCOUNT, "grants"), json={**body, "name": "another"}, headers=headers
+    )
+    assert_problem(other, 422)
+    assert len(ok(await client.get(url(ACCOUNT, "ledger")))["entries"]) == 1
+
+
+REFUSED: list[Any] = [
+    pytest.param({"name": ""}, ["body", "name"], id="empty-name"),
+    pytest.param({"name": "n" * 201}, ["body", "name"], id="name-too-long"),
+    pytest.param({"name": "tab\tname"}, ["body", "name"], id="control-character-in-name"),
+    pytest.param({"name": 5}, ["body", "name"], id="name-not-a-string"),
+    pytest.param({"metadata": {"": "v"}}, ["body", "metadata", "", "[key]"], id="empty-key"),
+    pytest.param(
+        {"metadata": {"k" * 41: "v"}}, ["body", "metadata", "k" * 41, "[key]"], id="key-too-long"
+    ),
+    pytest.param({"metadata": {"k": "v" * 501}}, ["body", "metadata", "k"], id="value-too-long"),
+    pytest.param({"metadata": {"k": "a\u0000b"}}, ["body", "metadata", "k"], id="nul-in-value"),
+    pytest.param({"metadata": {"k": 1}}, ["body", "metadata", "k"], id="value-not-a-string"),
+    pytest.param({"metadata": {"k": None}}, ["body", "metadata", "k"], id="value-null"),
+    pytest.param(
+        {"metadata": {f"k{i}": "v" for i in range(21)}}, ["body", "metadata"], id="too-many-keys"
+    ),
+    pytest.param({"metadata": ["k", "v"]}, ["body", "metadata"], id="metadata-not-an-object"),
+]
+
+
+@before_storage
+@pytest.mark.parametrize(("extra", "loc"), REFUSED)
+async def test_labels_past_their_limits_are_422_and_change_nothing(
+    client: httpx.AsyncClient, extra: dict[str, Any], loc: list[str]
+) -> None:
+    problem = assert_problem(
+        await client.post(url(ACCOUNT, "grants"), json=_grant_body(**extra)), 422
+    )
+    assert loc in error_locs(problem)
+    await assert_absent(client, ACCOUNT)
+
+
+@before_storage
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param('"\\ud800"', id="lone-high-surrogate"),
+        pytest.param('"a\\udc00"', id="lone-low-surrogate"),
+    ],
+)
+async def test_text_that_is_not_unicode_is_422(client: httpx.AsyncClient, raw: str) -> None:
+    """JSON may escape a lone surrogate; it is no character, and no backend can store it."""
+    for member in (f'"name": {raw}', f'"metadata": {{"k": {raw}}}', f'"metadata": {{{raw}: "v"}}'):
+        content = '{"amount": 1, "timestamp": 0, "expiry": 5, ' + member + "}"
+        response = await client.post(
+            url(ACCOUNT, "grants"),
+            content=content.encode(),
+            headers={"content-type": "application/json"},
+        )
+        assert_problem(response, 422)
+    await assert_absent(client, ACCOUNT)
+
+
+async def test_a_refused_labelled_grant_in_a_batch_leaves_the_others(
+    client: httpx.AsyncClient,
+) -> None:
+    good = {"op": "grant", "account_id": ACCOUNT, **_grant_body(name="ok")}
+    bad = {"op": "grant", "account_id": ACCOUNT, **_grant_body(name="x" * 201)}
+    response = await client.post("/v1/batch", json={"operations": [good, bad]})
+    # A body that fails validation is refused whole, as any other invalid batch is.
+    assert_problem(response, 422)
+    assert (await snapshot(client)).balance_status == 404
