@@ -610,7 +610,7 @@ BAD_RESOURCES: list[Any] = [
     {"h100": 1},
     5,
     True,
-    iter(["h100"]),
+    pytest.param(iter(["h100"]), id="an-iterator"),
     [],
     ["h100", "h100"],
     ("a", "b", "a"),
