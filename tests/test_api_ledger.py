@@ -250,46 +250,11 @@ async def test_live_grants_in_consumption_order(client: httpx.AsyncClient) -> No
         },
     )
     assert body["grants"] == [
-        {
-            "grant_id": 4,
-            "expiry": 5,
-            "remaining": 40,
-            "resources": None,
-            "name": None,
-            "metadata": None,
-        },
-        {
-            "grant_id": 2,
-            "expiry": 10,
-            "remaining": 20,
-            "resources": None,
-            "name": None,
-            "metadata": None,
-        },
-        {
-            "grant_id": 5,
-            "expiry": 10,
-            "remaining": 50,
-            "resources": None,
-            "name": None,
-            "metadata": None,
-        },
-        {
-            "grant_id": 1,
-            "expiry": 30,
-            "remaining": 10,
-            "resources": None,
-            "name": None,
-            "metadata": None,
-        },
-        {
-            "grant_id": 3,
-            "expiry": 30,
-            "remaining": 30,
-            "resources": None,
-            "name": None,
-            "metadata": None,
-        },
+        _unlabelled(4, 5, 40),
+        _unlabelled(2, 10, 20),
+        _unlabelled(5, 10, 50),
+        _unlabelled(1, 30, 10),
+        _unlabelled(3, 30, 30),
     ]
 
     # 25 used from grant 4 (15 left); at 6 grant 4 has expired; then grant 2 used up and
@@ -298,30 +263,9 @@ async def test_live_grants_in_consumption_order(client: httpx.AsyncClient) -> No
     ok(await consume(client, 25, 6))
     body = ok(await client.get(url(ACCOUNT, "grants")))
     assert body["grants"] == [
-        {
-            "grant_id": 5,
-            "expiry": 10,
-            "remaining": 45,
-            "resources": None,
-            "name": None,
-            "metadata": None,
-        },
-        {
-            "grant_id": 1,
-            "expiry": 30,
-            "remaining": 10,
-            "resources": None,
-            "name": None,
-            "metadata": None,
-        },
-        {
-            "grant_id": 3,
-            "expiry": 30,
-            "remaining": 30,
-            "resources": None,
-            "name": None,
-            "metadata": None,
-        },
+        _unlabelled(5, 10, 45),
+        _unlabelled(1, 30, 10),
+        _unlabelled(3, 30, 30),
     ]
     assert body["available"] == 85
     # Reading changes nothing.
@@ -338,3 +282,15 @@ async def test_live_grants_in_consumption_order(client: httpx.AsyncClient) -> No
     body = ok(await client.get(url(ACCOUNT, "grants")))
     assert body["grants"] == []
     expect(body, {"balance": -60, "available": 0, "debt": 60})
+
+
+def _unlabelled(grant_id: int, expiry: int, remaining: int) -> dict[str, object]:
+    """A live grant as listGrants shows one with no classes, name or metadata."""
+    return {
+        "grant_id": grant_id,
+        "expiry": expiry,
+        "remaining": remaining,
+        "resources": None,
+        "name": None,
+        "metadata": None,
+    }
