@@ -276,7 +276,6 @@ class _Scopes:
         "class_available",
         "class_dead",
         "class_heaps",
-        "class_live",
         "in_use",
         "live",
     )
@@ -284,9 +283,10 @@ class _Scopes:
     def __init__(self) -> None:
         # class -> heap of the entries listing it; exists while a live grant lists the class.
         self.class_heaps: dict[str, list[_Entry]] = {}
-        self.class_live: dict[str, int] = {}  # class -> live entries in its heap
         self.class_dead: dict[str, int] = {}  # class -> dead entries in its heap
-        self.class_available: dict[str, int] = {}  # class -> credits of its live entries
+        # class -> credits of its live entries (0 exactly when none is live: a live grant
+        # holds at least one credit).
+        self.class_available: dict[str, int] = {}
         # class -> 1 while a live grant lists it, + 1 while it has debt: the classes in use.
         self.in_use: dict[str, int] = {}
         self.available = 0  # credits of the live scoped grants
@@ -311,22 +311,17 @@ class _Scopes:
         for resource in entry[4]:
             heap = heaps.get(resource)
             if heap is None:
-                heaps[resource] = [entry]
-                self.class_live[resource] = 1
-                self.class_dead[resource] = 0
-                self.class_available[resource] = credits
-                self.ref(resource)
+                self.open(resource, entry)
             else:
                 _heappush(heap, entry)
-                self.class_live[resource] += 1
                 self.class_available[resource] += credits
 
-    def take(self, key: tuple[str, ...], credits: int) -> None:
-        """``credits`` drawn from a live scoped grant of ``key`` that stays live."""
-        self.available -= credits
-        class_available = self.class_available
-        for resource in key:
-            class_available[resource] -= credits
+    def open(self, resource: str, entry: _Entry) -> None:
+        """The heap of a class no live grant listed, with its first entry."""
+        self.class_heaps[resource] = [entry]
+        self.class_dead[resource] = 0
+        self.class_available[resource] = entry[3]
+        self.ref(resource)
 
     def kill(self, entry: _Entry) -> None:
         """The rest of a scoped grant goes (used up, expired or voided): its entry is dead in
@@ -337,11 +332,9 @@ class _Scopes:
         self.available -= credits
         self.live -= 1
         class_available = self.class_available
-        class_live = self.class_live
         class_dead = self.class_dead
         for resource in entry[4]:
             class_available[resource] -= credits
-            class_live[resource] -= 1
             class_dead[resource] += 1
 
     def tidy(self, resource: str) -> None:
@@ -350,19 +343,18 @@ class _Scopes:
         heap = self.class_heaps.get(resource)
         if heap is None:
             return
-        if not self.class_live[resource]:
+        if not self.class_available[resource]:  # no live entry left
             heap.clear()  # a caller may still hold the list: it must not see dead entries
             del self.class_heaps[resource]
-            del self.class_live[resource]
             del self.class_dead[resource]
-            assert self.class_available.pop(resource) == 0
+            del self.class_available[resource]
             self.unref(resource)
             return
         dead = self.class_dead[resource]
         while not heap[0][3]:  # a live entry is left, so the heap does not run empty
             _heappop(heap)
             dead -= 1
-        if dead > _DEAD_SLACK and dead > self.class_live[resource]:
+        if dead > _DEAD_SLACK and 2 * dead > len(heap):  # more dead entries than live ones
             heap[:] = [e for e in heap if e[3]]  # same list object: callers may hold it
             heapq.heapify(heap)
             dead = 0
@@ -975,7 +967,7 @@ class GPUCreditTracker:
                 assert len({id(e) for e in cheap}) == len(cheap), "entry twice in a heap"
                 members[resource] = {id(e) for e in cheap}
                 live = [e for e in cheap if e[3]]
-                assert scopes.class_live[resource] == len(live) > 0, "class live count drifted"
+                assert live, "class heap without a live entry kept"
                 assert scopes.class_dead[resource] == len(cheap) - len(live), "dead count drifted"
                 assert scopes.class_dead[resource] <= max(_DEAD_SLACK, len(live)) + 1
                 assert scopes.class_available[resource] == sum(e[3] for e in live)
@@ -995,7 +987,7 @@ class GPUCreditTracker:
             assert scopes.available == sum(e[3] for e in scoped.values()), "scoped sum drifted"
             assert scopes.live == len(scoped)
             names = set(scopes.class_heaps)
-            assert names == set(scopes.class_live) == set(scopes.class_dead)
+            assert names == set(scopes.class_dead)
             assert names == set(scopes.class_available)
             debt_classes = {c for c in (queue.by_class if queue else {}) if c is not None}
             want_use = {c: (c in names) + (c in debt_classes) for c in names | debt_classes}
@@ -1146,19 +1138,17 @@ class GPUCreditTracker:
                 entry = [expiry, len(key), grant_id, retained, key]
                 if scopes is None:
                     scopes = self._scopes = _Scopes()
+                # ``scopes.add``, inlined for the usual case: every class has its heap.
+                scopes.available += retained
+                scopes.live += 1
                 heaps = scopes.class_heaps
+                class_available = scopes.class_available
                 for resource in key:
-                    if resource not in heaps:
-                        scopes.add(entry)  # opens the heaps of classes that have none
-                        break
-                else:  # ``scopes.add`` inlined for the usual case: every class has its heap
-                    scopes.available += retained
-                    scopes.live += 1
-                    class_live = scopes.class_live
-                    class_available = scopes.class_available
-                    for resource in key:
-                        _heappush(heaps[resource], entry)
-                        class_live[resource] += 1
+                    heap = heaps.get(resource)
+                    if heap is None:
+                        scopes.open(resource, entry)
+                    else:
+                        _heappush(heap, entry)
                         class_available[resource] += retained
             if self._index is not None:
                 self._index[grant_id] = entry
@@ -1284,32 +1274,44 @@ class GPUCreditTracker:
         heap = self._heap
         index = self._index
         class_heaps = scopes.class_heaps
-        class_live = scopes.class_live
         class_dead = scopes.class_dead
+        class_available = scopes.class_available
         self._available -= to_take
         while to_take:
             if scoped and (not heap or scoped[0] < heap[0]):
                 live = scoped[0]
                 left = live[3]
-                key: _Key = live[4]
+                classes: tuple[str, ...] = live[4]
+                key: _Key = classes
                 if left <= to_take:
                     take, left = left, 0
                     _heappop(scoped)
                     if index is not None:
                         del index[live[2]]
-                    scopes.kill(live)  # dead in its other classes' heaps
-                    class_dead[resource] -= 1  # and gone from this one
-                    for owner in live[4]:
-                        # Tidy (may drop ``resource``'s heap: ``scoped`` empties), unless
-                        # there is nothing to do: the top is live and few entries are dead.
+                    # ``scopes.kill`` inlined: dead in its other classes' heaps, gone from
+                    # this one; then each heap tidied unless there is nothing to do.
+                    live[3] = 0
+                    scopes.available -= take
+                    scopes.live -= 1
+                    for owner in classes:
+                        class_available[owner] -= take
+                        if owner != resource:
+                            class_dead[owner] += 1
+                    for owner in classes:
                         owned = class_heaps[owner]
-                        if not (class_live[owner] and owned[0][3] and class_dead[owner] <= 1):
-                            scopes.tidy(owner)
+                        if not (
+                            class_available[owner]
+                            and owned[0][3]
+                            and class_dead[owner] <= _DEAD_SLACK
+                        ):
+                            scopes.tidy(owner)  # may drop ``resource``'s: ``scoped`` empties
                 else:
                     take = to_take
                     left -= take
                     live[3] = left
-                    scopes.take(live[4], take)
+                    scopes.available -= take
+                    for owner in classes:
+                        class_available[owner] -= take
             else:
                 live = heap[0]
                 left = live[3]
