@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -653,7 +653,12 @@ GRANT_CALLS: list[Callable[[GPUCreditTracker, Any], object]] = [
 ]
 
 
-@pytest.mark.parametrize("resources", BAD_RESOURCES, ids=repr)
+def _stable_id(value: Any) -> str:
+    """A test id that is the same in every process (pytest-xdist compares them)."""
+    return type(value).__name__ if isinstance(value, Iterator) else repr(value)
+
+
+@pytest.mark.parametrize("resources", BAD_RESOURCES, ids=_stable_id)
 @pytest.mark.parametrize("call", GRANT_CALLS, ids=["grant", "apply_grant"])
 def test_invalid_resources_are_rejected_and_change_nothing(
     call: Callable[[GPUCreditTracker, Any], object], resources: Any
@@ -680,7 +685,7 @@ RESOURCE_CALLS: list[tuple[str, Callable[[GPUCreditTracker, Any], object]]] = [
 ]
 
 
-@pytest.mark.parametrize("resource", BAD_RESOURCE, ids=repr)
+@pytest.mark.parametrize("resource", BAD_RESOURCE, ids=_stable_id)
 @pytest.mark.parametrize("call", [c for _, c in RESOURCE_CALLS], ids=[n for n, _ in RESOURCE_CALLS])
 def test_invalid_resource_is_rejected_and_changes_nothing(
     call: Callable[[GPUCreditTracker, Any], object], resource: Any
