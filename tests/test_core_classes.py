@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from app.domain import (
     LedgerError,
     LiveGrant,
     LiveGrantLimit,
+    NoLiveRoom,
     TimestampRegression,
     TotalOverflow,
     TrackerState,
@@ -254,9 +255,12 @@ def test_settling_a_middle_item_merges_its_neighbours() -> None:
     t.consume(5, 0, "h100")
     t.consume(6, 0, "a100")
     t.consume(7, 0, "h100")
+    t.consume(8, 0, "l4")
     t.apply_grant(6, 1, 10, resources=["a100"])
-    assert t.debts() == (Debt("h100", 12),)
+    assert t.debts() == (Debt("h100", 12), Debt("l4", 8))
     t.check_invariants()
+    t.apply_grant(8, 1, 10, resources=["l4"])
+    assert t.debts() == (Debt("h100", 12),)
     # One item again: a new h100 debt joins it, and a grant settles it as one.
     t.consume(1, 2, "h100")
     assert t.debts() == (Debt("h100", 13),)
@@ -610,7 +614,7 @@ BAD_RESOURCES: list[Any] = [
     {"h100": 1},
     5,
     True,
-    pytest.param(iter(["h100"]), id="an-iterator"),
+    iter(["h100"]),
     [],
     ["h100", "h100"],
     ("a", "b", "a"),
@@ -649,7 +653,12 @@ GRANT_CALLS: list[Callable[[GPUCreditTracker, Any], object]] = [
 ]
 
 
-@pytest.mark.parametrize("resources", BAD_RESOURCES, ids=repr)
+def _stable_id(value: Any) -> str:
+    """A test id that is the same in every process (pytest-xdist compares them)."""
+    return type(value).__name__ if isinstance(value, Iterator) else repr(value)
+
+
+@pytest.mark.parametrize("resources", BAD_RESOURCES, ids=_stable_id)
 @pytest.mark.parametrize("call", GRANT_CALLS, ids=["grant", "apply_grant"])
 def test_invalid_resources_are_rejected_and_change_nothing(
     call: Callable[[GPUCreditTracker, Any], object], resources: Any
@@ -676,7 +685,7 @@ RESOURCE_CALLS: list[tuple[str, Callable[[GPUCreditTracker, Any], object]]] = [
 ]
 
 
-@pytest.mark.parametrize("resource", BAD_RESOURCE, ids=repr)
+@pytest.mark.parametrize("resource", BAD_RESOURCE, ids=_stable_id)
 @pytest.mark.parametrize("call", [c for _, c in RESOURCE_CALLS], ids=[n for n, _ in RESOURCE_CALLS])
 def test_invalid_resource_is_rejected_and_changes_nothing(
     call: Callable[[GPUCreditTracker, Any], object], resource: Any
@@ -786,6 +795,7 @@ def test_state_without_debt_queue_is_one_debt_of_no_class() -> None:
             id="classes-as-list",
         ),
         pytest.param(TrackerState(0, 0, 2, (LiveGrant(1, 10, 3, ("a b",)),)), id="bad-class"),
+        pytest.param(TrackerState(0, 0, 2, ((1, 10, 3),)), id="not-a-LiveGrant"),  # type: ignore[arg-type]
     ],
 )
 def test_from_state_rejects_impossible_states(state: TrackerState) -> None:
@@ -804,3 +814,127 @@ def test_live_grant_limit_counts_every_class() -> None:
     t.apply_void(1, 1)
     t.grant(1, 1, 10, resources=["a100"])
     assert t.live_grant_count == 2
+
+
+# -- grants listing several classes (one entry in several class heaps) ------------------
+
+
+def test_grant_used_up_through_one_class_is_gone_for_the_others() -> None:
+    t = GPUCreditTracker()
+    t.grant(5, 0, 500, resources=["b"])  # 1: first in b's heap, so the dead pile up below
+    for i in range(200):
+        t.grant(1, 0, 1000 + i, resources=["a", "b"])  # 2 to 201
+    for taken in range(1, 151):  # one at a time: 150 two-class grants used up through a
+        assert t.consume(1, 1, "a") == 0
+        t.check_invariants()  # dead entries in b's heap stay bounded by the live ones
+        assert t.get_balance(1, "b") == 5 + 200 - taken
+    result = t.apply_consume(52, 2, "b")
+    assert [a.grant_id for a in result.allocation] == [1, *range(152, 199)]
+    assert result.remaining == (0,) * 48
+    assert t.live_grants() == [LiveGrant(g, 1000 + g - 2, 1, ("a", "b")) for g in (199, 200, 201)]
+    assert t.available_at(2) == t.available_at(2, "b") == t.available_at(2, "a") == 3
+    assert t.classes_in_use == ("a", "b")
+    t.check_invariants()
+
+
+def test_grant_listing_two_classes_expires_once() -> None:
+    t = GPUCreditTracker()
+    t.grant(4, 0, 10, resources=["a", "b"])
+    t.grant(6, 0, 10, resources=["b", "c"])
+    t.grant(1, 0, 20, resources=["c"])
+    assert t.available_at(10) == 1
+    assert t.available_at(10, "b") == 0
+    result = t.apply_balance(10)
+    assert result.expired == (Expiration(1, 10, 4, ("a", "b")), Expiration(2, 10, 6, ("b", "c")))
+    assert (result.available, t.classes_in_use) == (1, ("c",))
+    t.check_invariants()
+
+
+def test_rejected_call_restores_grants_listing_several_classes() -> None:
+    t = GPUCreditTracker(max_classes=3)
+    t.grant(4, 0, 10, resources=["a", "b"])
+    t.grant(6, 0, 20, resources=["b", "c"])
+    t.consume(2, 1, "b")  # from grant 1: both stay live
+    before = t.state()
+    with pytest.raises(ClassLimit):
+        t.grant(1, 10, 30, resources=["d", "e"])  # a frees at 10; d and e would be 4
+    assert t.state() == before
+    t.check_invariants()
+    assert [g.grant_id for g in t.live_grants("a")] == [1]
+    assert [g.grant_id for g in t.live_grants("b")] == [1, 2]
+    assert t.consume(3, 9, "a") == 1  # grant 1 still has 2, for a as for b
+    t.check_invariants()
+
+
+def test_void_of_a_grant_listing_several_classes() -> None:
+    t = GPUCreditTracker()
+    t.grant(4, 0, 10, resources=["a", "b"])
+    t.grant(6, 0, 20, resources=["b"])
+    assert t.apply_void(1, 1).removed == 4
+    assert [t.available_at(1, c) for c in ("a", "b")] == [0, 6]
+    assert t.classes_in_use == ("b",)
+    assert t.apply_consume(2, 2, "b").allocation == (Allocation(2, 20, 2, ("b",)),)
+    t.check_invariants()
+
+
+def test_dead_unrestricted_grants_are_skipped_by_draws_and_eviction() -> None:
+    t = GPUCreditTracker()
+    t.grant(3, 0, 10)  # 1
+    t.grant(3, 0, 12)  # 2: voided below, while not first
+    t.grant(3, 0, 14)  # 3
+    t.grant(3, 0, 30, resources=["h100"])  # 4
+    t.grant(3, 0, 16)  # 5: voided below
+    t.apply_void(2, 1)
+    t.apply_void(5, 1)
+    t.check_invariants()
+    # A consumption of h100 draws unrestricted grants around the dead one.
+    result = t.apply_consume(4, 2, "h100")
+    assert [(a.grant_id, a.amount) for a in result.allocation] == [(1, 3), (3, 1)]
+    t.check_invariants()
+    # Eviction passes over the dead grant 5 and reports the live ones only.
+    assert t.apply_balance(20).expired == (Expiration(3, 14, 2),)
+    assert t.live_grants() == [LiveGrant(4, 30, 3, ("h100",))]
+    t.check_invariants()
+    assert t.consume(3, 21, "h100") == 0  # a scoped grant used up, with the index kept
+    assert (t.live_grant_count, t.live_grant(4)) == (0, None)
+    t.check_invariants()
+
+
+def test_live_room_counts_what_the_grant_expires() -> None:
+    t = GPUCreditTracker()
+    t.grant(3, 0, 5, resources=["h100"])
+    with pytest.raises(NoLiveRoom):
+        t.apply_grant(1, 1, 10, 0, resources=["h100"])
+    assert t.apply_grant(1, 5, 10, 0, resources=["h100"]).retained == 1  # grant 1 expired
+    t.consume(5, 6, "h100")  # 4 of h100 debt
+    assert t.apply_grant(4, 7, 10, 0, resources=["h100"]).retained == 0  # keeps nothing
+    t.check_invariants()
+
+
+def test_settling_a_middle_item_at_the_end_merges_into_the_last() -> None:
+    t = GPUCreditTracker()
+    t.consume(5, 0, "h100")
+    t.consume(6, 0, "a100")
+    t.consume(7, 0, "h100")
+    t.grant(6, 1, 10, resources=["a100"])
+    assert t.debts() == (Debt("h100", 12),)
+    t.consume(1, 2, "h100")
+    assert t.debts() == (Debt("h100", 13),)
+    t.check_invariants()
+
+
+def test_rejected_call_after_a_void_restores_the_index() -> None:
+    t = GPUCreditTracker()
+    t.grant(2, 0, 5, resources=["h100"])  # 1
+    t.grant(3, 0, 5)  # 2
+    t.grant(MAX_VALUE - 10, 0, 50)  # 3
+    t.apply_void(3, 1)  # builds the index
+    t.grant(MAX_VALUE - 5, 1, 50)  # 4
+    before = t.state()
+    with pytest.raises(TotalOverflow):
+        t.grant(6, 5, 50)  # 1 and 2 expire at 5, yet MAX - 5 + 6 is too much
+    assert t.state() == before
+    t.check_invariants()
+    assert t.apply_void(1, 2).removed == 2
+    assert t.apply_void(2, 2).removed == 3
+    t.check_invariants()

@@ -6,34 +6,37 @@ sections 1 and 5 (and the core part of section 7, voiding a grant) live here and
 
 Design (TIGER_STYLE: limits on everything, assertions on invariants, units in names):
 
-- Live grants sit in binary min-heaps of ``[expiry, grant_id, remaining]`` lists, one heap per
-  distinct class set (a "bucket"): unrestricted grants in ``_heap``, grants scoped to GPU
-  classes in the bucket of their normalised class set (a sorted tuple), whose entries carry
-  the bucket's serial as a fourth item. The key ``(expiry, grant_id)`` is unique, so ties on
-  expiry fall back to grant order and the mutable ``remaining`` slot is never compared.
-- A consumption of class X draws from the unrestricted heap and the buckets listing X only
-  (``_Scopes.class_buckets``), each time from the best top: earliest expiry, then the narrower
-  class set (unrestricted is wider than any list), then grant order. With k such buckets a
-  consumption costs O(k + d (k + log n)) for d grants drawn; a consumption without a class
-  touches the unrestricted heap alone, exactly as before classes existed.
+- A live grant is a list ``[expiry, width, grant_id, remaining]``, plus its class set (a
+  sorted tuple) as a fifth item when it is scoped to GPU classes. ``width`` is the number of
+  classes (unrestricted: 17, wider than any list), so entries compare in SPEC section 5's
+  order: earliest expiry, then the narrower class set, then grant order; ``grant_id`` is
+  unique, so the mutable ``remaining`` is never compared.
+- Unrestricted grants sit in one binary min-heap, ``_heap``. A scoped grant's entry sits in
+  one heap per class it lists (``_Scopes.class_heaps``: the same list object in each). A
+  consumption of class X compares two tops, the unrestricted heap's and X's, and draws from
+  the lesser: O(log n) per grant drawn. A consumption of no class touches the unrestricted
+  heap alone, exactly as before classes existed. A grant listing c classes costs O(c log n).
+- A scoped grant used up (or expired, or voided) through one of its heaps stays in its other
+  classes' heaps as a dead entry (``remaining`` 0): popped when it reaches a top (tops are
+  always live), and a heap whose dead entries outnumber its live ones is rebuilt, so dead
+  entries cost O(1) amortised each and never more than the live ones in memory. A class heap
+  is dropped when no live grant lists its class.
 - Expired live grants are evicted lazily: ``_next_expiry`` is a lower bound of every heap's
   earliest expiry, and an operation whose timestamp reaches it pops the expired tops of every
-  heap and recomputes the bound. Time never goes backwards per account, so eviction is
-  permanent and exact. Each live grant is pushed once and popped at most once; a scan of the
-  k buckets happens only when something expired or the bound went stale because a
-  consumption drew the earliest live grant, so eviction is amortised O(k + log n).
-- Running sums: ``_available`` over all live grants, ``_Bucket.available`` per class set and
-  ``_Scopes.available`` over the scoped ones, so a total read is O(1) and a per-class read is
-  O(k) after eviction.
+  heap (at most 64 class heaps) and recomputes the bound. Time never goes backwards per
+  account, so eviction is permanent and exact, and each entry is popped at most once.
+- Running sums: ``_available`` over all live grants, ``_Scopes.available`` over the scoped
+  ones and ``_Scopes.class_available`` per class (over the scoped grants listing it), so a
+  total read and a per-class read are O(1) after eviction.
 - Debt is a queue in the order it was incurred (``_DebtQueue``: a doubly linked list of items,
   one per maximal run of one class, plus a list per class). A grant settles the debt it could
   have paid in queue order: an unrestricted grant from the head, a scoped one from the earliest
   of its classes' heads. While all debt is of no class (every account that never named a class)
   there is no queue object at all: ``_queue is None`` and ``_debt`` is that one item.
-- Voiding (SPEC section 7) zeroes the grant's heap entry (a tombstone, popped when it reaches a
-  top: tops are always live) through an index from grant_id to entry that is built at the
-  first void (O(n) once) and kept up to date from then on, so the accounts that never void
-  pay nothing for it and a void costs O(log n) amortised.
+- Voiding (SPEC section 7) kills the grant's entry (``remaining`` 0, popped when it reaches a
+  top) found through an index from grant_id to entry that is built at the first void (O(n)
+  once) and kept up to date from then on, so the accounts that never void pay nothing for it
+  and a void costs O(c log n) amortised.
 - Every operation validates and computes before it mutates: a rejected call changes nothing,
   not even the clock. Expired live grants popped during a rejected call are pushed back.
 - Structures for classes (``_Scopes``), the debt queue and the void index are created only when
@@ -50,8 +53,7 @@ import heapq
 import itertools
 import re
 from dataclasses import dataclass
-from operator import itemgetter
-from typing import Final, cast
+from typing import Any, Final, cast
 
 _heappush = heapq.heappush  # module globals: one lookup fewer on the hot path
 _heappop = heapq.heappop
@@ -72,6 +74,8 @@ _CLASS_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}").fullmatch
 _UNRESTRICTED_WIDTH: Final = MAX_RESOURCES + 1
 _NEVER: Final = MAX_VALUE + 1  # ``_next_expiry`` when nothing is live
 _CLASS_LISTS: Final = (list, tuple, set, frozenset)
+# A class heap is rebuilt when it holds more dead entries than this and than live ones.
+_DEAD_SLACK: Final = 32
 
 ClassList = list[str] | tuple[str, ...] | set[str] | frozenset[str]
 """What ``resources`` may be: any of these holding class names (a bare string is not one)."""
@@ -251,56 +255,42 @@ class TrackerState:
 
 # -- internal structures ---------------------------------------------------------------
 
-_Entry = list[int]  # [expiry, grant_id, remaining] (+ [bucket serial] for a scoped grant)
+# A live grant: [expiry, width, grant_id, remaining], + [class set] for a scoped one (Any:
+# the class set is a tuple among ints).
+_Entry = list[Any]
 _Key = tuple[str, ...] | None  # a normalised class set; None: unrestricted
-_Popped = list[tuple[_Entry, _Key]]  # live grants evicted by one call, with their class set
+# Live grants evicted by one call: (entry, its remaining then, its class set).
+_Popped = list[tuple[_Entry, int, _Key]]
 _NONE: Final[_Popped] = []  # shared "nothing expired"; never mutated
 _NO_EXPIRATIONS: Final[tuple[Expiration, ...]] = ()
 _NO_DEBTS: Final[tuple[Debt, ...]] = ()
-_entry_of: Final = itemgetter(0)
 _UNUSED: Final[list[int]] = []  # ``remaining`` when no allocation is recorded; never appended
 
 
-class _Bucket:
-    """The live grants of one class set: a heap, its running sum and its live count."""
-
-    __slots__ = ("available", "heap", "key", "live", "serial", "width")
-
-    def __init__(self, key: _Key, serial: int, heap: list[_Entry]) -> None:
-        self.key = key
-        self.serial = serial
-        self.width = _UNRESTRICTED_WIDTH if key is None else len(key)
-        self.heap = heap
-        self.available = 0  # not kept for the unrestricted pseudo-bucket (see _Scopes.free)
-        self.live = 0  # likewise
-
-
 class _Scopes:
-    """What an account that names GPU classes needs besides the unrestricted heap."""
+    """What an account that names GPU classes needs besides the unrestricted heap: a heap per
+    class of the live scoped grants listing it (sharing entries), and running sums."""
 
     __slots__ = (
         "available",
-        "buckets",
-        "by_serial",
-        "class_buckets",
-        "free",
+        "class_available",
+        "class_dead",
+        "class_heaps",
         "in_use",
         "live",
-        "next_serial",
     )
 
-    def __init__(self, unrestricted_heap: list[_Entry]) -> None:
-        # The unrestricted heap as a bucket, so that a consumption of a class compares its
-        # top with the scoped buckets' tops; its sum is the tracker's total minus ``available``.
-        self.free = _Bucket(None, 0, unrestricted_heap)
-        self.buckets: dict[tuple[str, ...], _Bucket] = {}  # non-empty scoped buckets
-        self.by_serial: dict[int, _Bucket] = {}
-        self.class_buckets: dict[str, dict[int, _Bucket]] = {}  # class -> buckets listing it
-        # class -> number of buckets listing it, plus 1 while it has debt: classes in use.
+    def __init__(self) -> None:
+        # class -> heap of the entries listing it; exists while a live grant lists the class.
+        self.class_heaps: dict[str, list[_Entry]] = {}
+        self.class_dead: dict[str, int] = {}  # class -> dead entries in its heap
+        # class -> credits of its live entries (0 exactly when none is live: a live grant
+        # holds at least one credit).
+        self.class_available: dict[str, int] = {}
+        # class -> 1 while a live grant lists it, + 1 while it has debt: the classes in use.
         self.in_use: dict[str, int] = {}
-        self.available = 0  # sum over the scoped buckets
-        self.live = 0  # live grants in the scoped buckets
-        self.next_serial = 1
+        self.available = 0  # credits of the live scoped grants
+        self.live = 0  # live scoped grants
 
     def ref(self, resource: str) -> None:
         self.in_use[resource] = self.in_use.get(resource, 0) + 1
@@ -312,30 +302,69 @@ class _Scopes:
         else:
             del self.in_use[resource]
 
-    def new_bucket(self, key: tuple[str, ...]) -> _Bucket:
-        serial = self.next_serial
-        self.next_serial = serial + 1
-        bucket = _Bucket(key, serial, [])
-        self.buckets[key] = bucket
-        self.by_serial[serial] = bucket
-        for resource in key:
-            self.class_buckets.setdefault(resource, {})[serial] = bucket
-            self.ref(resource)
-        return bucket
+    def add(self, entry: _Entry) -> None:
+        """A live scoped grant: into the heap of every class it lists."""
+        credits = entry[3]
+        self.available += credits
+        self.live += 1
+        heaps = self.class_heaps
+        for resource in entry[4]:
+            heap = heaps.get(resource)
+            if heap is None:
+                self.open(resource, entry)
+            else:
+                _heappush(heap, entry)
+                self.class_available[resource] += credits
 
-    def drop(self, bucket: _Bucket) -> None:
-        """Forget a bucket whose last live grant went (its heap holds tombstones at most)."""
-        assert bucket.live == 0
-        assert bucket.available == 0
-        assert bucket.key is not None
-        del self.buckets[bucket.key]
-        del self.by_serial[bucket.serial]
-        for resource in bucket.key:
-            group = self.class_buckets[resource]
-            del group[bucket.serial]
-            if not group:
-                del self.class_buckets[resource]
+    def open(self, resource: str, entry: _Entry) -> None:
+        """The heap of a class no live grant listed, with its first entry."""
+        self.class_heaps[resource] = [entry]
+        self.class_dead[resource] = 0
+        self.class_available[resource] = entry[3]
+        self.ref(resource)
+
+    def kill(self, entry: _Entry) -> None:
+        """The rest of a scoped grant goes (used up, expired or voided): its entry is dead in
+        every heap it is in. The caller pops it from one (``class_dead`` down by one there)
+        and tidies the heaps of its classes."""
+        credits = entry[3]
+        entry[3] = 0
+        self.available -= credits
+        self.live -= 1
+        class_available = self.class_available
+        class_dead = self.class_dead
+        for resource in entry[4]:
+            class_available[resource] -= credits
+            class_dead[resource] += 1
+
+    def tidy(self, resource: str) -> None:
+        """After deaths in a class heap: pop dead tops (tops are live), rebuild the heap when
+        dead entries outnumber live ones, drop it (and the class from use) when none is live."""
+        heap = self.class_heaps.get(resource)
+        if heap is None:
+            return
+        if not self.class_available[resource]:  # no live entry left
+            heap.clear()  # a caller may still hold the list: it must not see dead entries
+            del self.class_heaps[resource]
+            del self.class_dead[resource]
+            del self.class_available[resource]
             self.unref(resource)
+            return
+        dead = self.class_dead[resource]
+        while not heap[0][3]:  # a live entry is left, so the heap does not run empty
+            _heappop(heap)
+            dead -= 1
+        if dead > _DEAD_SLACK and 2 * dead > len(heap):  # more dead entries than live ones
+            heap[:] = [e for e in heap if e[3]]  # same list object: callers may hold it
+            heapq.heapify(heap)
+            dead = 0
+        self.class_dead[resource] = dead
+
+    def entries(self, resource: str | None) -> list[_Entry]:
+        """The live scoped entries listing ``resource``, or all of them (each once)."""
+        if resource is not None:
+            return [e for e in self.class_heaps.get(resource, ()) if e[3]]
+        return [e for c, heap in self.class_heaps.items() for e in heap if e[3] and e[4][0] == c]
 
 
 class _DebtItem:
@@ -482,7 +511,8 @@ def _check_name(field: str, name: object, known: dict[str, int] | None) -> str:
 
 
 def _check_classes(resources: object, known: dict[str, int] | None) -> tuple[str, ...]:
-    """``resources`` normalised (sorted tuple), or ``InvalidInput``."""
+    """``resources`` normalised (sorted tuple), or ``InvalidInput``. ``known``: class names
+    already checked (the classes in use)."""
     if type(resources) not in _CLASS_LISTS:
         raise InvalidInput(
             "resources", f"must be a list of class names, got {type(resources).__name__}"
@@ -517,19 +547,26 @@ def _check_key(field: str, resources: object) -> _Key:
 def _expirations(popped: _Popped) -> tuple[Expiration, ...]:
     if not popped:
         return _NO_EXPIRATIONS
-    return tuple(Expiration(e[1], e[0], e[2], key) for e, key in popped)
+    return tuple(Expiration(e[2], e[0], credits, key) for e, credits, key in popped)
 
 
-def _expiring(heap: list[_Entry], timestamp: int) -> int:
-    """The credits in ``heap`` that expire at or before ``timestamp``, in O(k) for the k
-    entries that do: in a min-heap every entry below a node expires no earlier than the node,
-    so the walk stops at the first live node of each path instead of visiting all of them."""
+def _expiry_and_grant(popped: tuple[_Entry, int, _Key]) -> tuple[int, int]:
+    return popped[0][0], popped[0][2]
+
+
+def _expiring(heap: list[_Entry], timestamp: int, owner: str | None = None) -> int:
+    """The credits in ``heap`` that expire at or before ``timestamp`` (with ``owner``, only
+    those of entries whose first class it is: each scoped grant counted once over all class
+    heaps), in O(k) for the k entries that do: in a min-heap every entry below a node expires
+    no earlier than the node, so the walk stops at the first live node of each path."""
     size = len(heap)
     expiring = 0
     stack = [0] if heap and heap[0][0] <= timestamp else []
     while stack:
         index = stack.pop()
-        expiring += heap[index][2]  # 0 for a tombstone
+        entry = heap[index]
+        if owner is None or entry[4][0] == owner:
+            expiring += entry[3]  # 0 for a dead entry
         for child in (2 * index + 1, 2 * index + 2):
             if child < size and heap[child][0] <= timestamp:
                 stack.append(child)
@@ -537,9 +574,13 @@ def _expiring(heap: list[_Entry], timestamp: int) -> int:
 
 
 def _purge(heap: list[_Entry]) -> None:
-    """Pop the voided grants' tombstones off the top: tops are always live."""
-    while heap and not heap[0][2]:
+    """Pop the voided grants' dead entries off the top: tops are always live."""
+    while heap and not heap[0][3]:
         _heappop(heap)
+
+
+def _live_grant(entry: _Entry) -> LiveGrant:
+    return LiveGrant(entry[2], entry[0], entry[3], entry[4] if len(entry) == 5 else None)
 
 
 class GPUCreditTracker:
@@ -575,7 +616,7 @@ class GPUCreditTracker:
         assert max_classes >= 1
         self._max_live_grants = max_live_grants
         self._max_classes = max_classes
-        self._heap: list[_Entry] = []  # unrestricted live grants: [expiry, grant_id, remaining]
+        self._heap: list[_Entry] = []  # unrestricted live grants
         self._available = 0  # sum of remaining over every live grant
         self._debt = 0  # total outstanding debt
         self._clock = 0  # latest timestamp seen; timestamps start at 0
@@ -636,7 +677,7 @@ class GPUCreditTracker:
     def live_grant_count(self) -> int:
         if self._index is not None:
             return len(self._index)
-        scopes = self._scopes
+        scopes = self._scopes  # without the index there are no dead unrestricted entries
         return len(self._heap) + (scopes.live if scopes is not None else 0)
 
     @property
@@ -662,17 +703,13 @@ class GPUCreditTracker:
         (a partly drawn one stays first)."""
         if resource is not None:
             self._check_resource(resource)
-        best: tuple[int, int, int, _Entry, _Key] | None = None
-        for heap, width, key in self._heaps(resource, everything=False):
-            if heap:
-                top = heap[0]
-                candidate = (top[0], width, top[1], top, key)
-                if best is None or candidate[:3] < best[:3]:
-                    best = candidate
-        if best is None:
-            return None
-        entry = best[3]
-        return LiveGrant(entry[1], entry[0], entry[2], best[4])
+        heap = self._heap
+        best = heap[0] if heap else None  # tops are live
+        if resource is not None and self._scopes is not None:
+            scoped = self._scopes.class_heaps.get(resource)
+            if scoped and (best is None or scoped[0] < best):
+                best = scoped[0]
+        return None if best is None else _live_grant(best)
 
     def live_grant(self, grant_id: int) -> LiveGrant | None:
         """Grant ``grant_id``'s live remainder, or None (used up, expired, voided, swallowed
@@ -680,9 +717,7 @@ class GPUCreditTracker:
         index = self._index
         if index is not None:
             entry = index.get(grant_id)
-            if entry is None:
-                return None
-            return LiveGrant(entry[1], entry[0], entry[2], self._key_of(entry))
+            return None if entry is None else _live_grant(entry)
         for live in self.live_grants():
             if live.grant_id == grant_id:
                 return live
@@ -762,21 +797,16 @@ class GPUCreditTracker:
         entry = index.pop(grant_id, None)
         removed = 0
         if entry is not None:
-            removed = entry[2]
-            entry[2] = 0  # a tombstone until it reaches its heap's top
-            if len(entry) == 3:
+            removed = entry[3]
+            if len(entry) == 4:
+                entry[3] = 0  # dead until it reaches the top
                 _purge(self._heap)
             else:
                 scopes = self._scopes
                 assert scopes is not None
-                bucket = scopes.by_serial[entry[3]]
-                bucket.available -= removed
-                bucket.live -= 1
-                scopes.available -= removed
-                scopes.live -= 1
-                _purge(bucket.heap)
-                if not bucket.live:
-                    scopes.drop(bucket)
+                scopes.kill(entry)
+                for resource in entry[4]:
+                    scopes.tidy(resource)
             self._available -= removed
         return VoidResult(grant_id, removed, self._available, self._debt, _expirations(popped))
 
@@ -785,7 +815,7 @@ class GPUCreditTracker:
         before it, in total or for class ``resource``: a projection that changes nothing, not
         even the clock. Live grants expiring at or before ``timestamp`` no longer count.
 
-        O(k + e) for the k heaps looked at and the e live grants that expire by then."""
+        O(h + e) for the h heaps looked at and the e entries that expire by then."""
         if type(timestamp) is not int or not 0 <= timestamp <= MAX_VALUE:
             raise _invalid("timestamp", timestamp, 0)
         if resource is not None:
@@ -795,9 +825,14 @@ class GPUCreditTracker:
         total = self._available if resource is None else self._eligible(resource)
         if timestamp < self._next_expiry:
             return total
-        expiring = 0
-        for heap, _, _ in self._heaps(resource, everything=True):
-            expiring += _expiring(heap, timestamp)
+        expiring = _expiring(self._heap, timestamp)
+        scopes = self._scopes
+        if scopes is not None:
+            if resource is None:
+                for owner, heap in scopes.class_heaps.items():
+                    expiring += _expiring(heap, timestamp, owner)
+            else:
+                expiring += _expiring(scopes.class_heaps.get(resource, []), timestamp)
         assert 0 <= expiring <= total
         return total - expiring
 
@@ -807,35 +842,28 @@ class GPUCreditTracker:
         ``resource`` could draw (in the order it would)."""
         if resource is not None:
             self._check_resource(resource)
-        rows: list[tuple[int, int, int, _Entry, _Key]] = []
-        for heap, width, key in self._heaps(resource, everything=True):
-            rows.extend((e[0], width, e[1], e, key) for e in heap if e[2])
-        rows.sort(key=lambda row: (row[0], row[1], row[2]))
-        return [LiveGrant(e[1], e[0], e[2], key) for _, _, _, e, key in rows]
+        entries = [e for e in self._heap if e[3]]
+        if self._scopes is not None:
+            entries.extend(self._scopes.entries(resource))
+        entries.sort()  # entries compare in consumption order
+        return [_live_grant(e) for e in entries]
 
     def copy(self) -> GPUCreditTracker:
-        """An independent copy (O(n)): what a caller restores to undo a series of calls."""
+        """An independent copy (O(n log n)): what a caller restores to undo a series of calls."""
         twin = GPUCreditTracker(
             max_live_grants=self._max_live_grants, max_classes=self._max_classes
         )
-        # Entries are mutable: copy each; tombstones are left behind (the copy has no index).
-        twin._heap = [e[:] for e in self._heap if e[2]]
+        # Entries are mutable: copy each; dead ones are left behind (the copy has no index).
+        twin._heap = [e[:] for e in self._heap if e[3]]
         heapq.heapify(twin._heap)
         twin._available = self._available
         twin._clock = self._clock
         twin._next_grant_id = self._next_grant_id
         twin._next_expiry = self._next_expiry
-        scopes = self._scopes
-        if scopes is not None:
-            other = twin._scopes = _Scopes(twin._heap)
-            for key, bucket in scopes.buckets.items():
-                copied = other.new_bucket(key)
-                copied.heap = [[e[0], e[1], e[2], copied.serial] for e in bucket.heap if e[2]]
-                heapq.heapify(copied.heap)
-                copied.available = bucket.available
-                copied.live = bucket.live
-            other.available = scopes.available
-            other.live = scopes.live
+        if self._scopes is not None:
+            scopes = twin._scopes = _Scopes()
+            for entry in self._scopes.entries(None):
+                scopes.add(entry[:])
         for item in self.debts():
             twin._add_debt(item.resource, item.amount)
         assert twin._debt == self._debt
@@ -878,22 +906,15 @@ class GPUCreditTracker:
                 raise InvalidInput("grant_id", f"duplicate live grant {live.grant_id}")
             seen.add(live.grant_id)
             if key is None:
-                tracker._heap.append([live.expiry, live.grant_id, live.remaining])
+                tracker._heap.append(
+                    [live.expiry, _UNRESTRICTED_WIDTH, live.grant_id, live.remaining]
+                )
             else:
-                scopes = tracker._scoped()
-                bucket = scopes.buckets.get(key) or scopes.new_bucket(key)
-                bucket.heap.append([live.expiry, live.grant_id, live.remaining, bucket.serial])
-                bucket.available += live.remaining
-                bucket.live += 1
-                scopes.available += live.remaining
-                scopes.live += 1
+                tracker._scoped().add([live.expiry, len(key), live.grant_id, live.remaining, key])
             tracker._available += live.remaining
             if live.expiry < tracker._next_expiry:
                 tracker._next_expiry = live.expiry
         heapq.heapify(tracker._heap)
-        if tracker._scopes is not None:
-            for bucket in tracker._scopes.buckets.values():
-                heapq.heapify(bucket.heap)
         _check_int("available", tracker._available, 0, MAX_VALUE)
         debts = tuple(state.debts)
         if debts:
@@ -927,65 +948,61 @@ class GPUCreditTracker:
         """O(n) full check, for tests: the running sums match the live grants, and so on."""
         index = self._index
         scopes = self._scopes
-        heaps: list[tuple[list[_Entry], _Bucket | None]] = [(self._heap, None)]
+        queue = self._queue
+        heap = self._heap
+        assert all(heap[(i - 1) // 2] <= heap[i] for i in range(1, len(heap))), "not a heap"
+        assert not heap or heap[0][3] > 0, "dead entry on top"
+        assert index is not None or all(e[3] for e in heap), "dead entry without index"
+        assert all(len(e) == 4 and e[1] == _UNRESTRICTED_WIDTH for e in heap)
+        live_entries = {e[2]: e for e in heap if e[3]}
+        assert len(live_entries) == len([e for e in heap if e[3]]), "grant in the heap twice"
+        low = heap[0][0] if heap else _NEVER
         if scopes is not None:
-            assert scopes.free.heap is self._heap, "unrestricted heap and bucket differ"
-            heaps.extend((b.heap, b) for b in scopes.buckets.values())
-        live_entries: dict[int, _Entry] = {}
-        scoped_available = scoped_live = 0
-        low = _NEVER
-        for heap, bucket in heaps:
-            assert all(heap[(i - 1) // 2] <= heap[i] for i in range(1, len(heap))), "not a heap"
-            assert not heap or heap[0][2] > 0, "tombstone on top"
-            assert index is not None or all(e[2] for e in heap), "tombstone without index"
-            live = [e for e in heap if e[2]]
-            assert all(e[2] > 0 for e in heap if e[2] != 0), "negative live grant"
-            assert all(e[0] > self._clock for e in live), "expired live grant kept"
-            for e in live:
-                assert e[1] not in live_entries, "grant in two heaps"
-                live_entries[e[1]] = e
-                assert 1 <= e[1] < self._next_grant_id
-            if heap:
-                low = min(low, heap[0][0])
-            if bucket is None:
-                assert all(len(e) == 3 for e in heap), "scoped entry in the unrestricted heap"
-            else:
-                assert scopes is not None
-                assert bucket.key is not None
-                assert all(len(e) == 4 and e[3] == bucket.serial for e in heap)
-                assert bucket.live == len(live) > 0, "bucket live count drifted (or empty kept)"
-                assert bucket.available == sum(e[2] for e in live), "bucket sum drifted"
-                assert scopes.buckets[bucket.key] is bucket
-                assert scopes.by_serial[bucket.serial] is bucket
-                assert bucket.key == tuple(sorted(set(bucket.key)))
-                assert 1 <= len(bucket.key) <= MAX_RESOURCES
-                scoped_available += bucket.available
-                scoped_live += bucket.live
+            scoped: dict[int, _Entry] = {}
+            members: dict[str, set[int]] = {}
+            for resource, cheap in scopes.class_heaps.items():
+                assert all(cheap[(i - 1) // 2] <= cheap[i] for i in range(1, len(cheap)))
+                assert cheap, "empty class heap kept"
+                assert cheap[0][3] > 0, "dead entry on top"
+                assert len({id(e) for e in cheap}) == len(cheap), "entry twice in a heap"
+                members[resource] = {id(e) for e in cheap}
+                live = [e for e in cheap if e[3]]
+                assert live, "class heap without a live entry kept"
+                assert scopes.class_dead[resource] == len(cheap) - len(live), "dead count drifted"
+                assert scopes.class_dead[resource] <= max(_DEAD_SLACK, len(live)) + 1
+                assert scopes.class_available[resource] == sum(e[3] for e in live)
+                for e in cheap:
+                    assert len(e) == 5
+                    assert resource in e[4]
+                    assert e[1] == len(e[4])
+                for e in live:
+                    assert scoped.setdefault(e[2], e) is e, "two entries for one grant"
+                low = min(low, cheap[0][0])
+            for e in scoped.values():
+                key = e[4]
+                assert 1 <= len(key) <= MAX_RESOURCES
+                assert key == tuple(sorted(set(key))), "class set not normalised"
+                assert all(id(e) in members[c] for c in key), "live grant missing from a heap"
+                assert e[2] not in live_entries, "grant unrestricted and scoped"
+            assert scopes.available == sum(e[3] for e in scoped.values()), "scoped sum drifted"
+            assert scopes.live == len(scoped)
+            names = set(scopes.class_heaps)
+            assert names == set(scopes.class_dead)
+            assert names == set(scopes.class_available)
+            debt_classes = {c for c in (queue.by_class if queue else {}) if c is not None}
+            want_use = {c: (c in names) + (c in debt_classes) for c in names | debt_classes}
+            assert scopes.in_use == want_use, "classes in use drifted"
+            live_entries.update(scoped)
+        assert all(e[0] > self._clock for e in live_entries.values()), "expired grant kept"
+        assert all(1 <= g < self._next_grant_id for g in live_entries)
         assert self._next_expiry <= low, "eviction bound above an expiry"
-        assert self._available == sum(e[2] for e in live_entries.values()), "running sum drifted"
+        assert self._available == sum(e[3] for e in live_entries.values()), "running sum drifted"
         assert 0 <= self._available <= MAX_VALUE
         assert 0 <= self._debt <= MAX_VALUE
         if index is not None:
-            assert index == live_entries, "void index drifted"
+            assert index.keys() == live_entries.keys(), "void index drifted"
             assert all(index[g] is e for g, e in live_entries.items())
         assert self.live_grant_count == len(live_entries)
-        queue = self._queue
-        if scopes is not None:
-            assert scopes.available == scoped_available, "scoped sum drifted"
-            assert scopes.live == scoped_live
-            assert len(scopes.by_serial) == len(scopes.buckets)
-            want_groups: dict[str, set[int]] = {}
-            for bucket in scopes.buckets.values():
-                assert bucket.key is not None
-                for resource in bucket.key:
-                    want_groups.setdefault(resource, set()).add(bucket.serial)
-            assert {c: set(g) for c, g in scopes.class_buckets.items()} == want_groups
-            debt_classes = {c for c in (queue.by_class if queue else {}) if c is not None}
-            want_use = {
-                c: len(want_groups.get(c, ())) + (c in debt_classes)
-                for c in set(want_groups) | debt_classes
-            }
-            assert scopes.in_use == want_use, "classes in use drifted"
         if queue is not None:
             assert not queue.compact(), "a compact queue is kept"
             items: list[_DebtItem] = []
@@ -1011,7 +1028,7 @@ class GPUCreditTracker:
                 assert chain[-1].cnext is None
             assert set(queue.chead) == set(sums) == set(queue.ctail)
             assert self._debt == sum(sums.values()), "total debt drifted"
-            assert scopes is not None or set(sums) == {None}
+            assert scopes is not None
         # SPEC section 5: per class, if it has debt no credits are eligible for it.
         for owner in self._debt_classes():
             assert self._eligible(owner) == 0, f"debt of {owner!r} and credits coexist"
@@ -1038,10 +1055,31 @@ class GPUCreditTracker:
         if expiry <= timestamp:
             raise InvalidInput("expiry", f"must be after timestamp {timestamp}, got {expiry}")
         key: _Key = None
+        known = False  # every class of ``key`` in use (before eviction)
         if resources is not None:
-            key = _check_classes(
-                resources, self._scopes.in_use if self._scopes is not None else None
-            )
+            in_use = self._scopes.in_use if self._scopes is not None else None
+            # Inlined for the usual grant: one or two classes the account already uses
+            # (checked when they came in), in a list as JSON gives it.
+            if in_use is not None and (type(resources) is list or type(resources) is tuple):
+                size = len(resources)
+                if size == 1:
+                    only = resources[0]
+                    if type(only) is str and only in in_use:
+                        key = (only,)
+                elif size == 2:
+                    first, second = resources
+                    if (
+                        type(first) is str
+                        and type(second) is str
+                        and first in in_use
+                        and second in in_use
+                        and first != second
+                    ):
+                        key = (first, second) if first < second else (second, first)
+            if key is None:
+                key = _check_classes(resources, in_use)
+            else:
+                known = True
         if timestamp < self._clock:
             raise TimestampRegression(timestamp, self._clock)
 
@@ -1060,30 +1098,58 @@ class GPUCreditTracker:
                     owed += by_class.get(resource, 0)
             settled = amount if amount <= owed else owed
         retained = amount - settled
-        if retained and not (
-            # The common case, checked inline: nothing but unrestricted grants, well in range.
-            key is None
-            and live_room is None
-            and self._scopes is None
-            and self._index is None
-            and self._available + retained <= MAX_VALUE
-            and len(self._heap) < self._max_live_grants
-        ):
-            refusal = self._grant_refusal(retained, key, live_room, len(popped))
-            if refusal is not None:
-                self._unpop(popped)
-                raise refusal
+        scopes = self._scopes
+        if retained:
+            # The common case is checked inline: in range, room left, no class new.
+            index = self._index
+            count = len(self._heap) if index is None else len(index)
+            if scopes is not None and index is None:
+                count += scopes.live
+            suspect = (
+                self._available + retained > MAX_VALUE
+                or count >= self._max_live_grants
+                or live_room is not None
+            )
+            if key is not None and not suspect and not (known and not popped):
+                if scopes is None:
+                    suspect = True
+                else:
+                    in_use = scopes.in_use
+                    for resource in key:
+                        if resource not in in_use:
+                            suspect = True
+                            break
+            if suspect:
+                refusal = self._grant_refusal(retained, key, live_room, len(popped))
+                if refusal is not None:
+                    self._unpop(popped)
+                    raise refusal
 
         grant_id = self._next_grant_id
         self._next_grant_id = grant_id + 1
         self._clock = timestamp
         parts = self._settle(key, settled) if settled else _NO_DEBTS
         if retained:
+            entry: _Entry
             if key is None:
-                entry = [expiry, grant_id, retained]
+                entry = [expiry, _UNRESTRICTED_WIDTH, grant_id, retained]
                 _heappush(self._heap, entry)
             else:
-                entry = self._push_scoped(key, [expiry, grant_id, retained, 0])
+                entry = [expiry, len(key), grant_id, retained, key]
+                if scopes is None:
+                    scopes = self._scopes = _Scopes()
+                # ``scopes.add``, inlined for the usual case: every class has its heap.
+                scopes.available += retained
+                scopes.live += 1
+                heaps = scopes.class_heaps
+                class_available = scopes.class_available
+                for resource in key:
+                    heap = heaps.get(resource)
+                    if heap is None:
+                        scopes.open(resource, entry)
+                    else:
+                        _heappush(heap, entry)
+                        class_available[resource] += retained
             if self._index is not None:
                 self._index[grant_id] = entry
             self._available += retained
@@ -1123,23 +1189,24 @@ class GPUCreditTracker:
             raise _invalid("amount", amount, 1)
         if type(timestamp) is not int or not 0 <= timestamp <= MAX_VALUE:
             raise _invalid("timestamp", timestamp, 0)
-        if resource is not None:
-            self._check_resource(resource)
+        scopes = self._scopes
+        if resource is not None and (
+            type(resource) is not str or scopes is None or resource not in scopes.in_use
+        ):
+            self._check_resource(resource)  # a class in use was checked when it came in
         if timestamp < self._clock:
             raise TimestampRegression(timestamp, self._clock)
 
         popped = self._pop_expired(timestamp) if timestamp >= self._next_expiry else _NONE
-        scopes = self._scopes
-        group: dict[int, _Bucket] | None = None
+        scoped: list[_Entry] | None = None  # the heap of ``resource``'s grants
         if scopes is None:
             available = self._available
         else:
             available = self._available - scopes.available  # unrestricted credits
             if resource is not None:
-                group = scopes.class_buckets.get(resource)
-                if group is not None:
-                    for bucket in group.values():
-                        available += bucket.available
+                scoped = scopes.class_heaps.get(resource)
+                if scoped is not None:
+                    available += scopes.class_available[resource]
         if amount <= available:
             consumed, debt_added = amount, 0
         else:
@@ -1157,9 +1224,10 @@ class GPUCreditTracker:
                 self._unpop(popped)
                 raise ClassLimit(self._max_classes, (resource,))
 
-        if group is not None:
+        if scoped is not None and consumed:
             assert scopes is not None
-            self._draw(scopes, group, consumed, allocation, remaining)
+            assert resource is not None
+            self._draw(scopes, resource, scoped, consumed, allocation, remaining)
         elif consumed:
             # Unrestricted credits alone (inlined: the hot path of SPEC section 1).
             heap = self._heap
@@ -1168,20 +1236,20 @@ class GPUCreditTracker:
             to_take = consumed
             while to_take:
                 live = heap[0]  # tops are live
-                left = live[2]
+                left = live[3]
                 if left <= to_take:
                     _heappop(heap)
                     to_take -= left
                     if index is not None:
-                        del index[live[1]]
+                        del index[live[2]]
                         _purge(heap)
                     if allocation is not None:
-                        allocation.append(Allocation(live[1], live[0], left))
+                        allocation.append(Allocation(live[2], live[0], left))
                         remaining.append(0)
                 else:
-                    live[2] = left - to_take  # the heap key (expiry, grant_id) is unchanged
+                    live[3] = left - to_take  # the heap key (expiry, width, grant) is unchanged
                     if allocation is not None:
-                        allocation.append(Allocation(live[1], live[0], to_take))
+                        allocation.append(Allocation(live[2], live[0], to_take))
                         remaining.append(left - to_take)
                     to_take = 0
             if scopes is None:  # the only heap: keep the eviction bound exact
@@ -1194,64 +1262,74 @@ class GPUCreditTracker:
     def _draw(
         self,
         scopes: _Scopes,
-        group: dict[int, _Bucket],
+        resource: str,
+        scoped: list[_Entry],
         to_take: int,
         allocation: list[Allocation] | None,
         remaining: list[int],
     ) -> None:
-        """Draw ``to_take`` from the unrestricted heap and the buckets of ``group``, each time
-        from the best top (expiry, width, grant_id)."""
-        candidates = [scopes.free, *group.values()]
+        """Draw ``to_take`` for a consumption of ``resource``: each time from the lesser top of
+        the unrestricted heap and ``resource``'s heap (``scoped``), which is the grant SPEC
+        section 5 orders first, as entries compare by (expiry, width, grant_id)."""
+        heap = self._heap
         index = self._index
-        emptied: list[_Bucket] = []
+        class_heaps = scopes.class_heaps
+        class_dead = scopes.class_dead
+        class_available = scopes.class_available
         self._available -= to_take
         while to_take:
-            best = candidates[0]
-            best_top: _Entry | None = None
-            best_width = 0
-            for bucket in candidates:
-                heap = bucket.heap
-                if heap:
-                    top = heap[0]
-                    if (
-                        best_top is None
-                        or top[0] < best_top[0]
-                        or (
-                            top[0] == best_top[0]
-                            and (
-                                bucket.width < best_width
-                                or (bucket.width == best_width and top[1] < best_top[1])
-                            )
-                        )
-                    ):
-                        best, best_top, best_width = bucket, top, bucket.width
-            assert best_top is not None, "eligible credits ran out"
-            live = best_top
-            left = live[2]
-            if left <= to_take:
-                take, left = left, 0
-                _heappop(best.heap)
-                if index is not None:
-                    del index[live[1]]
-                    _purge(best.heap)
-                if best.key is not None:
-                    best.live -= 1
+            if scoped and (not heap or scoped[0] < heap[0]):
+                live = scoped[0]
+                left = live[3]
+                classes: tuple[str, ...] = live[4]
+                key: _Key = classes
+                if left <= to_take:
+                    take, left = left, 0
+                    _heappop(scoped)
+                    if index is not None:
+                        del index[live[2]]
+                    # ``scopes.kill`` inlined: dead in its other classes' heaps, gone from
+                    # this one; then each heap tidied unless there is nothing to do.
+                    live[3] = 0
+                    scopes.available -= take
                     scopes.live -= 1
-                    if not best.live:
-                        emptied.append(best)
+                    for owner in classes:
+                        class_available[owner] -= take
+                        if owner != resource:
+                            class_dead[owner] += 1
+                    for owner in classes:
+                        owned = class_heaps[owner]
+                        if not (
+                            class_available[owner]
+                            and owned[0][3]
+                            and class_dead[owner] <= _DEAD_SLACK
+                        ):
+                            scopes.tidy(owner)  # may drop ``resource``'s: ``scoped`` empties
+                else:
+                    take = to_take
+                    left -= take
+                    live[3] = left
+                    scopes.available -= take
+                    for owner in classes:
+                        class_available[owner] -= take
             else:
-                take = to_take
-                left -= take
-                live[2] = left
+                live = heap[0]
+                left = live[3]
+                key = None
+                if left <= to_take:
+                    take, left = left, 0
+                    _heappop(heap)
+                    if index is not None:
+                        del index[live[2]]
+                        _purge(heap)
+                else:
+                    take = to_take
+                    left -= take
+                    live[3] = left
             to_take -= take
-            if best.key is not None:
-                best.available -= take
-                scopes.available -= take
             if allocation is not None:
-                allocation.append(Allocation(live[1], live[0], take, best.key))
+                allocation.append(Allocation(live[2], live[0], take, key))
                 remaining.append(left)
-        for bucket in emptied:
-            scopes.drop(bucket)
 
     def _advance(self, timestamp: int) -> _Popped:
         """Move the clock to ``timestamp`` (a balance read, a void), evicting what expired."""
@@ -1272,82 +1350,66 @@ class GPUCreditTracker:
         expired = 0
         while heap and heap[0][0] <= timestamp:
             live = _heappop(heap)
-            if live[2]:
-                popped.append((live, None))
-                expired += live[2]
+            credits = live[3]
+            if credits:
+                popped.append((live, credits, None))
+                expired += credits
                 if index is not None:
-                    del index[live[1]]
+                    del index[live[2]]
         if index is not None:
             _purge(heap)
         low = heap[0][0] if heap else _NEVER
         scopes = self._scopes
-        if scopes is not None and scopes.buckets:
-            sources = 1 if popped else 0  # heaps that lost a live grant
-            emptied: list[_Bucket] = []
-            for bucket in scopes.buckets.values():
-                bheap = bucket.heap
-                if bheap[0][0] <= timestamp:
-                    gone = 0
-                    while bheap and bheap[0][0] <= timestamp:
-                        live = _heappop(bheap)
-                        if live[2]:
-                            popped.append((live, bucket.key))
-                            gone += live[2]
-                            bucket.live -= 1
-                            scopes.live -= 1
-                            if index is not None:
-                                del index[live[1]]
-                    if index is not None:
-                        _purge(bheap)
-                    bucket.available -= gone
-                    scopes.available -= gone
-                    expired += gone
-                    sources += gone > 0
-                    if not bucket.live:
-                        emptied.append(bucket)
-                        continue
-                if bheap[0][0] < low:
-                    low = bheap[0][0]
-            for bucket in emptied:
-                scopes.drop(bucket)
-            if sources > 1:
-                popped.sort(key=_entry_of)  # entries compare by (expiry, grant_id): unique
+        if scopes is not None and scopes.class_heaps:
+            unrestricted = len(popped)
+            class_dead = scopes.class_dead
+            touched: list[str] = []
+            for resource, scoped in scopes.class_heaps.items():
+                if scoped[0][0] > timestamp:
+                    low = min(low, scoped[0][0])
+                    continue
+                touched.append(resource)
+                while scoped and scoped[0][0] <= timestamp:
+                    live = _heappop(scoped)
+                    credits = live[3]
+                    if credits:  # its first heap to pop it: dead in the others from here
+                        popped.append((live, credits, live[4]))
+                        expired += credits
+                        if index is not None:
+                            del index[live[2]]
+                        scopes.kill(live)
+                    class_dead[resource] -= 1
+            for resource in touched:
+                scopes.tidy(resource)
+                scoped = scopes.class_heaps.get(resource, [])
+                if scoped:
+                    low = min(low, scoped[0][0])
+            if len(popped) > unrestricted > 0 or len(popped) > unrestricted + 1:
+                popped.sort(key=_expiry_and_grant)
         self._available -= expired
         self._next_expiry = low
         return popped
 
     def _unpop(self, popped: _Popped) -> None:
-        """Undo ``_pop_expired`` for a call that is being rejected."""
+        """Undo ``_pop_expired`` for a call that is being rejected (every heap gave up all of
+        its expired entries, so each comes back once into each of its heaps)."""
         index = self._index
-        for entry, key in popped:
+        for entry, credits, key in popped:
+            entry[3] = credits
             if key is None:
                 _heappush(self._heap, entry)
             else:
-                self._push_scoped(key, entry)
-            self._available += entry[2]
+                self._scoped().add(entry)
+            self._available += credits
             if index is not None:
-                index[entry[1]] = entry
+                index[entry[2]] = entry
             if entry[0] < self._next_expiry:
                 self._next_expiry = entry[0]
-
-    def _push_scoped(self, key: tuple[str, ...], entry: _Entry) -> _Entry:
-        """Add a live grant (``[expiry, grant_id, remaining, _]``) to the bucket of ``key``."""
-        scopes = self._scoped()
-        bucket = scopes.buckets.get(key)
-        if bucket is None:
-            bucket = scopes.new_bucket(key)
-        entry[3] = bucket.serial
-        _heappush(bucket.heap, entry)
-        bucket.available += entry[2]
-        bucket.live += 1
-        scopes.available += entry[2]
-        scopes.live += 1
-        return entry
 
     def _scoped(self) -> _Scopes:
         scopes = self._scopes
         if scopes is None:
-            scopes = self._scopes = _Scopes(self._heap)
+            scopes = self._scopes = _Scopes()
         return scopes
 
     def _add_debt(self, resource: str | None, amount: int) -> None:
@@ -1407,10 +1469,7 @@ class GPUCreditTracker:
             return self._available
         total = self._available - scopes.available
         if resource is not None:
-            group = scopes.class_buckets.get(resource)
-            if group is not None:
-                for bucket in group.values():
-                    total += bucket.available
+            total += scopes.class_available.get(resource, 0)
         return total
 
     def _debt_classes(self) -> list[str | None]:
@@ -1419,31 +1478,8 @@ class GPUCreditTracker:
             return list(self._queue.by_class)
         return [None] if self._debt else []
 
-    def _heaps(
-        self, resource: str | None, *, everything: bool
-    ) -> list[tuple[list[_Entry], int, _Key]]:
-        """(heap, width, class set) of the heaps a consumption of ``resource`` draws from, or
-        of every heap when ``everything`` and ``resource`` is None."""
-        heaps: list[tuple[list[_Entry], int, _Key]] = [(self._heap, _UNRESTRICTED_WIDTH, None)]
-        scopes = self._scopes
-        if scopes is not None:
-            if resource is None:
-                if everything:
-                    heaps.extend((b.heap, b.width, b.key) for b in scopes.buckets.values())
-            else:
-                group = scopes.class_buckets.get(resource, {})
-                heaps.extend((b.heap, b.width, b.key) for b in group.values())
-        return heaps
-
-    def _key_of(self, entry: _Entry) -> _Key:
-        if len(entry) == 3:
-            return None
-        assert self._scopes is not None
-        return self._scopes.by_serial[entry[3]].key
-
     def _build_index(self) -> dict[int, _Entry]:
-        index = {e[1]: e for e in self._heap}
+        index = {e[2]: e for e in self._heap}  # no dead entries before the index exists
         if self._scopes is not None:
-            for bucket in self._scopes.buckets.values():
-                index.update((e[1], e) for e in bucket.heap)
+            index.update((e[2], e) for e in self._scopes.entries(None))
         return index
