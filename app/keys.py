@@ -39,6 +39,9 @@ class Scope(StrEnum):
     GRANT = "credits:grant"
     CONSUME = "credits:consume"
     READ = "credits:read"
+    # Account settings (the lateness window, SPEC section 6). New in the release with late
+    # events: keys made before it never hold it, so nothing they could do changes.
+    ADMIN = "credits:admin"
 
 
 @dataclass(frozen=True, slots=True)

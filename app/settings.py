@@ -47,6 +47,16 @@ class Settings(BaseSettings):
         False,
         description="Serve without API keys on a non-loopback address (warns loudly).",
     )
+    lateness_window: int = Field(
+        0,
+        ge=0,
+        le=2**53 - 1,
+        description=(
+            "How far behind an account's clock a write may still arrive, in timestamp units "
+            "(SPEC section 6). 0: writes in timestamp order only. An account can override it "
+            "(PUT /v1/accounts/{account_id}/settings)."
+        ),
+    )
     # -- limits: every one bounds memory, time or blast radius; see README "Limits" --------
     # The service's bounds take their defaults from app.service.limits, where they are defined.
     max_accounts: int = Field(_LIMITS.max_accounts, ge=1, le=10**8, description="Accounts held.")

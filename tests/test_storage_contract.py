@@ -26,16 +26,18 @@ from typing import ClassVar, Generic, TypeVar
 import asyncpg
 import pytest
 
-from app.domain import LiveGrant
+from app.domain import Allocation, LiveGrant, TrackerState
 from app.storage import postgres as pg_backend
 from app.storage import rows
 from app.storage import sqlite as sqlite_backend
 from app.storage.base import (
     AccountRow,
     Change,
+    Checkpoint,
     ConsumptionEntry,
     EmbeddedJournal,
     Entry,
+    ExpirationEntry,
     GrantEntry,
     IdempotencyRecord,
     LoadedAccount,
@@ -43,6 +45,8 @@ from app.storage.base import (
     StorageBackend,
     StorageError,
     TransactionalStore,
+    position_of,
+    read_entries_after_sequence,
 )
 from app.storage.memory import MemoryStore
 from app.storage.postgres import PostgresStore
@@ -63,9 +67,13 @@ def _broken_changes() -> dict[str, list[Change]]:
     keyless.body = None
 
     def acme(row: tuple[int, int, int, int], entries: list[Entry], **kw: object) -> Change:
-        change = Change(AccountRow("acme", *row), entries=entries)
+        change = Change(AccountRow("acme", *row, watermark=row[0]), entries=entries)
         for name, value in kw.items():
-            setattr(change, name, value)
+            if name == "account_watermark":
+                assert isinstance(value, int)
+                change.account.watermark = value
+            else:
+                setattr(change, name, value)
         return change
 
     return {
@@ -90,10 +98,26 @@ def _broken_changes() -> dict[str, list[Change]]:
                 removed_grant_ids=[1],
             ),
         ],
-        "live-grant-kept-after-removal": [
+        "watermark-after-the-clock": [fine, acme((0, 0, 2, 2), [e1], account_watermark=1)],
+        "two-entries-at-one-position": [
             fine,
-            acme((0, 0, 2, 2), [e1], removed_grant_ids=[1]),
-            acme((0, 0, 2, 2), [], upserted_live_grants=[LiveGrant(1, 10, 5)]),
+            acme(
+                (0, 0, 2, 3),
+                [ExpirationEntry(1, 0, 0, 0, 1, 0, 5), ExpirationEntry(2, 0, 0, 0, 1, 0, 5)],
+            ),
+        ],
+        "restated-entry-is-new": [fine, acme((0, 0, 2, 1), [], restated=[e1])],
+        "restated-and-removed": [
+            fine,
+            acme((1, 0, 3, 3), [e2], restated=[e1], removed_sequences=[1]),
+        ],
+        "checkpoint-after-the-watermark": [
+            fine,
+            acme(
+                (0, 0, 2, 2),
+                [e1],
+                checkpoint=Checkpoint((1, 1), TrackerState(0, 0, 1, ())),
+            ),
         ],
         "key-without-body": [fine, acme((0, 0, 2, 2), [e1], idempotency=keyless)],
     }
@@ -142,7 +166,7 @@ class StorageContract(Generic[S]):
         status = await store.migration_status()
         assert status.pending == ()
         assert status.current == max(status.known, default=0)
-        assert await store.read_entries("acme", 0, 10) == []
+        assert await store.read_entries("acme", None, 10) == []
         assert await store.read_account_state("acme") is None
         assert await store.read_grant_entry("acme", 1) is None
         assert await store.read_totals_at("acme", 5) == (0, 0)
@@ -159,13 +183,89 @@ class StorageContract(Generic[S]):
         await data.assert_holds(store, NOW_S)
         assert await store.check() is None
 
-    async def test_entries_page_by_sequence(self, store: S) -> None:
+    async def test_entries_page_by_position(self, store: S) -> None:
         await self.write_all(store)
         acme = data.ENTRIES["acme"]
-        assert await store.read_entries("acme", 0, 2) == acme[:2]
-        assert await store.read_entries("acme", 2, 2) == acme[2:4]
-        assert await store.read_entries("acme", 4, 2) == acme[4:]
-        assert await store.read_entries("acme", 5, 2) == []
+        assert await store.read_entries("acme", None, 2) == acme[:2]
+        assert await store.read_entries("acme", position_of(acme[1]), 2) == acme[2:4]
+        assert await store.read_entries("acme", position_of(acme[3]), 2) == acme[4:]
+        assert await store.read_entries("acme", position_of(acme[4]), 2) == []
+        assert await store.read_entry_position("acme", 2) == position_of(acme[1])
+        assert await store.read_entry_position("acme", 6) is None
+        assert await read_entries_after_sequence(store, "acme", 2, 2) == acme[2:4]
+        assert await read_entries_after_sequence(store, "acme", 0, 1) == acme[:1]
+        assert await read_entries_after_sequence(store, "acme", 9, 1) == []
+        team = data.ENTRIES["team-b:1"]  # an expiration at 8 comes before a write at 8
+        assert await store.read_entries("team-b:1", (8, -1), 5) == team[2:]
+
+    async def test_a_late_write_restates_what_follows_it(self, store: S) -> None:
+        """SPEC section 6, Example 4's third write, as storage sees it: a late grant is
+        appended, the consumption after it is restated in place, a live grant comes back,
+        a checkpoint of the final state is kept, and the account has provisional writes."""
+        g1 = GrantEntry(1, 10, 50, 0, 1, 50, 100, 0, 50)
+        c1 = ConsumptionEntry(2, 20, 0, 30, 80, 50, 30, (Allocation(1, 100, 50),))
+        g2 = GrantEntry(3, 12, 90, 0, 2, 40, 60, 0, 40)
+        c1_now = ConsumptionEntry(
+            2, 20, 10, 0, 80, 80, 0, (Allocation(2, 60, 40), Allocation(1, 100, 40)), revision=1
+        )
+        final = TrackerState(10, 0, 2, (LiveGrant(1, 100, 50, granted_at=10),))
+        checkpoint = Checkpoint((10, 1), final)
+
+        def row(clock: int, debt: int, next_grant_id: int, next_sequence: int) -> AccountRow:
+            return AccountRow("late", clock, debt, next_grant_id, next_sequence, (), 10, 10, 0)
+
+        await self.write(
+            store,
+            [
+                Change(
+                    replace(row(10, 0, 2, 2), watermark=0),
+                    [LiveGrant(1, 100, 50, granted_at=10)],
+                    entries=[g1],
+                )
+            ],
+        )
+        await self.write(store, [Change(row(20, 30, 2, 3), [], [1], [c1])])
+        await self.write(
+            store,
+            [
+                Change(
+                    row(20, 0, 3, 4),
+                    [LiveGrant(2, 60, 40, granted_at=12), LiveGrant(1, 100, 10, granted_at=10)],
+                    entries=[g2],
+                    restated=[c1_now],
+                    checkpoint=checkpoint,
+                )
+            ],
+        )
+        assert await store.read_entries("late", None, 10) == [g1, g2, c1_now]
+        assert await store.read_entries("late", (12, 3), 10) == [c1_now]
+        assert await store.read_entry_position("late", 2) == (20, 2)
+        assert await store.read_writes("late", None, 15, 10) == [g1, g2]
+        assert await store.read_writes("late", (10, 1), 100, 1) == [g2]
+        assert await store.read_checkpoint("late", 9) is None
+        assert await store.read_checkpoint("late", 10) == checkpoint
+        assert await store.read_checkpoint("late", 10**15) == checkpoint
+        assert await store.read_totals_at("late", 15) == (90, 0)
+        assert await store.read_totals_at("late", 20) == (10, 0)
+        loaded = await store.read_account_state("late")
+        assert loaded is not None
+        assert loaded.watermark == 10
+        assert loaded.lateness_window == 10
+        assert sorted(loaded.tracker_state.live_grants, key=lambda g: g.grant_id) == [
+            LiveGrant(1, 100, 10, granted_at=10),
+            LiveGrant(2, 60, 40, granted_at=12),
+        ]
+        assert loaded.checkpoint == checkpoint
+        assert loaded.writes_since_checkpoint == (g2, c1_now)
+        assert loaded.provisional_entries == (g2, c1_now)
+
+    async def test_an_undone_entry_is_gone(self, store: S) -> None:
+        await self.write_all(store)
+        team = data.ENTRIES["team-b:1"]
+        row = replace(data.account_row("team-b:1"), watermark=0)
+        await self.write(store, [Change(row, removed_sequences=[2])])
+        assert await store.read_entries("team-b:1", None, 10) == [team[0], team[2]]
+        assert await store.read_entry_position("team-b:1", 2) is None
 
     async def test_a_grant_entry_is_found_by_its_grant_id(self, store: S) -> None:
         await self.write_all(store)
@@ -185,7 +285,7 @@ class StorageContract(Generic[S]):
         }
         assert await store.read_grant_entries("bat", []) == {}
         assert await store.read_grant_entries("nobody", [1]) == {}
-        assert await store.read_entries("bat", 2, 5) == [labelled]
+        assert await store.read_entries("bat", position_of(data.ENTRIES["bat"][1]), 5) == [labelled]
 
     async def test_idempotency_keys_are_per_scope(self, store: S) -> None:
         await self.write_all(store)
@@ -278,9 +378,9 @@ class StorageContract(Generic[S]):
         with pytest.raises(self.refused):
             await self.write(store, [data.groups(NOW_S)[2][0], clash])
         assert await store.read_account_state("team-b:1") is None
-        assert await store.read_entries("team-b:1", 0, 10) == []
+        assert await store.read_entries("team-b:1", None, 10) == []
         assert [r.account_id for r in await store.read_accounts("", "", 10)] == ["acme"]
-        assert await store.read_entries("acme", 0, 10) == data.ENTRIES["acme"][:2]
+        assert await store.read_entries("acme", None, 10) == data.ENTRIES["acme"][:2]
         state = await store.read_account_state("acme")
         assert state is not None
         assert state.next_sequence == 3
@@ -294,7 +394,7 @@ class StorageContract(Generic[S]):
             await self.write(store, BROKEN[broken])
         for account_id in ("acme", "team-b:1"):
             assert await store.read_account_state(account_id) is None
-            assert await store.read_entries(account_id, 0, 10) == []
+            assert await store.read_entries(account_id, None, 10) == []
         assert await store.read_idempotency("acme", "g-1") is None
         assert await store.read_accounts("", "", 10) == []
         await self.assert_refuses_writes_after_a_failure(store)
@@ -336,7 +436,7 @@ class DurableContract(StorageContract[S]):
         try:
             for scope, key, *_ in data.KEYS:
                 assert await store.read_idempotency(scope, key) is None
-            assert await store.read_entries("acme", 0, 10) == data.ENTRIES["acme"]
+            assert await store.read_entries("acme", None, 10) == data.ENTRIES["acme"]
         finally:
             await store.close()
 
@@ -368,7 +468,7 @@ class EmbeddedContract(StorageContract[EmbeddedJournal]):
 def _in_grant_order(account: LoadedAccount) -> LoadedAccount:
     state = account.tracker_state
     live_grants = tuple(sorted(state.live_grants, key=lambda b: b.grant_id))
-    return LoadedAccount(replace(state, live_grants=live_grants), account.next_sequence)
+    return replace(account, tracker_state=replace(state, live_grants=live_grants))
 
 
 class TestMemoryStore(EmbeddedContract):

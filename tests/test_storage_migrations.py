@@ -58,6 +58,8 @@ RELEASED: dict[tuple[str, int], str] = {
     ("postgres", 3): "553ebc7c77129cde4180865988a1c292a6ff7259e83f330ee15d102b44092baa",
     ("postgres", 4): "f0df8158267e33764f1fab5b6b34494168ffeee6b421cc9d117bf02e01779551",
     ("postgres", 5): "98a9f96a5ed359c66c3d0bcbb9ef47979cfbf101baeb3f5ed95606862c078ac1",
+    ("sqlite", 5): "aca26310ce6d15a65fa595ecb2a7684e67eba9aa23d41c7513ff0ef87a9cb65e",
+    ("postgres", 6): "0bd20b9dc274f25b12a932ce15658c6c10234314e3e6d0b84cee6281a65ecf03",
 }
 
 # -- the release before versioned SQLite migrations (schema 1 in ``meta``) ------------------

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from app.domain import Debt, LiveGrant
+from app.domain import Debt, LiveGrant, TrackerState
 from app.storage import rows
-from app.storage.base import AccountRow, Change
+from app.storage.base import AccountRow, Change, Checkpoint, GrantEntry
 from tests import storage_dataset as data
 
 NOW_S = 1_800_000_000.0
@@ -27,9 +27,9 @@ def test_encode_writes_each_account_once_with_its_newest_row() -> None:
     encoded = rows.encode(group)
     assert list(encoded.accounts) == ["acme", "team-b:1", "bat"]  # first touched first
     assert encoded.account_values() == [
-        ("acme", 15, 0, 4, 6, None),
-        ("team-b:1", 9, 0, 3, 4, None),
-        ("bat", 3, 0, 2, 3, None),
+        ("acme", 15, 0, 4, 6, None, 15, None, 0),
+        ("team-b:1", 9, 0, 3, 4, None, 9, None, 0),
+        ("bat", 3, 0, 2, 3, None, 3, None, 0),
     ]
 
 
@@ -37,9 +37,9 @@ def test_encode_keeps_only_the_live_grants_alive_at_the_end_and_deletes_the_rest
     encoded = rows.encode([c for g in data.groups(NOW_S) for c in g])
     # acme's grant 2 was upserted twice, then used up: deleted, never written.
     assert sorted(encoded.live_grant_upserts) == [
-        ("acme", 3, 40, 15, None),
-        ("bat", 1, 6, 3, None),  # upserted twice in the group: the newest remaining
-        ("team-b:1", 2, 20, 9, None),
+        ("acme", 3, 40, 15, None, 15),
+        ("bat", 1, 6, 3, None, 2),  # upserted twice in the group: the newest remaining
+        ("team-b:1", 2, 20, 9, None, 9),
     ]
     assert sorted(encoded.live_grant_deletes) == [("acme", 1), ("acme", 2), ("team-b:1", 1)]
 
@@ -67,7 +67,7 @@ def test_a_change_without_entries_only_moves_its_row() -> None:
     row = AccountRow("a", clock=0, debt=0, next_grant_id=2, next_sequence=1)
     encoded = rows.encode([Change(row, upserted_live_grants=[LiveGrant(1, 10, 1)])])
     assert encoded.entries == []
-    assert encoded.live_grant_upserts == [("a", 1, 10, 1, None)]
+    assert encoded.live_grant_upserts == [("a", 1, 10, 1, None, 0)]
     moved = AccountRow("a", clock=0, debt=0, next_grant_id=2, next_sequence=2)
     with pytest.raises(AssertionError, match="where the previous change's ended"):
         rows.check_changes([Change(row), Change(moved)])
@@ -86,9 +86,41 @@ def test_classes_and_the_debt_queue_are_kept_as_json_and_read_back() -> None:
     row = AccountRow("a", clock=1, debt=8, next_grant_id=2, next_sequence=1, debts=debts)
     live = LiveGrant(1, 10, 4, ("a100", "h100"))
     encoded = rows.encode([Change(row, upserted_live_grants=[live])])
-    assert encoded.account_values() == [("a", 1, 8, 2, 1, '[["h100",5],[null,3]]')]
-    assert encoded.live_grant_upserts == [("a", 1, 10, 4, '["a100","h100"]')]
+    assert encoded.account_values() == [("a", 1, 8, 2, 1, '[["h100",5],[null,3]]', 0, None, 0)]
+    assert encoded.live_grant_upserts == [("a", 1, 10, 4, '["a100","h100"]', 0)]
     assert rows.debts_of(encoded.account_values()[0][5]) == debts
     assert rows.classes_of(encoded.live_grant_upserts[0][4]) == ("a100", "h100")
     assert rows.debts_of(None) == ()
     assert rows.classes_of(None) is None
+
+
+def test_encode_ends_with_the_last_word_on_each_entry_and_live_grant() -> None:
+    """A late write may bring a live grant back, restate an entry appended earlier in the
+    group, or undo one: what is written is the end state of the group."""
+    first = data.first_grant("a")  # entry 1, live grant 1
+    gone = Change(AccountRow("a", 1, 0, 2, 2, watermark=1), removed_grant_ids=[1])
+    back = Change(
+        AccountRow("a", 1, 0, 2, 2, watermark=1),
+        upserted_live_grants=[LiveGrant(1, 10, 3, granted_at=0)],
+        restated=[GrantEntry(1, 0, 3, 0, 1, 5, 10, 0, 5, revision=1)],
+    )
+    encoded = rows.encode([first, gone, back])
+    assert encoded.live_grant_upserts == [("a", 1, 10, 3, None, 0)]
+    assert encoded.live_grant_deletes == []
+    assert [(v[1], v[4], v[9]) for v in encoded.entries] == [(1, 3, 1)]  # still new: inserted
+    assert encoded.restated_entries == []
+    undone = Change(AccountRow("a", 1, 0, 2, 2, watermark=1), removed_sequences=[1])
+    encoded = rows.encode([back, undone])
+    assert encoded.entry_deletes == [("a", 1)]
+    assert encoded.restated_entries == []
+
+
+def test_a_checkpoint_is_kept_as_json_and_read_back() -> None:
+    state = TrackerState(
+        7, 3, 4, (LiveGrant(2, 9, 1, ("h100",), granted_at=5),), (Debt("a100", 3),)
+    )
+    row = AccountRow("a", 8, 3, 4, 1, (Debt("a100", 3),), watermark=7)
+    encoded = rows.encode([Change(row, checkpoint=Checkpoint((7, 3), state))])
+    [(account_id, timestamp, rank, text)] = encoded.checkpoints
+    assert (account_id, timestamp, rank) == ("a", 7, 3)
+    assert rows.checkpoint_of(timestamp, rank, text) == Checkpoint((7, 3), state)

@@ -50,6 +50,7 @@ from app.storage.base import (
     IdempotencyRecord,
     StorageError,
     VoidEntry,
+    read_entries_after_sequence,
 )
 
 # About ten full commit groups (app.storage.sqlite.MAX_CHANGES_PER_COMMIT): far more than a
@@ -349,7 +350,7 @@ class EmbeddedPort:
         async with slot.lock:
             fut = slot.durable
         await self._await_durable(fut)
-        return await self._store.read_entries(account_id, after_sequence, limit)
+        return await read_entries_after_sequence(self._store, account_id, after_sequence, limit)
 
     async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
         """Which accounts exist, and their order, come from the store: it holds exactly the

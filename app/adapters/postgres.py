@@ -37,7 +37,14 @@ from app.service.idempotency import Idempotency
 from app.service.journal import AccountState, Totals, grant_view_of
 from app.service.limits import Limits
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
-from app.storage.base import Change, Entry, GrantEntry, IdempotencyRecord, VoidEntry
+from app.storage.base import (
+    Change,
+    Entry,
+    GrantEntry,
+    IdempotencyRecord,
+    VoidEntry,
+    read_entries_after_sequence,
+)
 from app.storage.postgres import AccountState as RowState
 from app.storage.postgres import CommitOutcomeUnknown, PgTransaction, PostgresStore
 
@@ -283,7 +290,9 @@ class PostgresPort:
     async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
         if await self._read(self._pg.read_account(account_id)) is None:
             raise AccountNotFound(account_id)
-        return await self._read(self._pg.read_entries(account_id, after_sequence, limit))
+        return await self._read(
+            read_entries_after_sequence(self._pg, account_id, after_sequence, limit)
+        )
 
     async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
         """One committed snapshot of the account rows (placeholders of accounts being

@@ -190,6 +190,7 @@ class LiveGrant:
     expiry: int
     remaining: int
     resources: tuple[str, ...] | None = None
+    granted_at: int = 0  # the grant's timestamp (0: granted before any grant that has one)
 
 
 @dataclass(frozen=True, slots=True)

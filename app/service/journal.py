@@ -115,7 +115,7 @@ def grant(
     change.removed_grant_ids.extend(e.grant_id for e in result.expired)
     if result.retained:
         change.upserted_live_grants.append(
-            LiveGrant(result.grant_id, expiry, result.retained, result.resources)
+            LiveGrant(result.grant_id, expiry, result.retained, result.resources, timestamp)
         )
     receipt = GrantReceipt(
         account_id=account.account_id,
@@ -327,7 +327,11 @@ def _expiration_entries(
 ) -> list[Entry]:
     entries: list[Entry] = []
     available = available_before
-    for e in expired:  # popped in (expiry, grant_id) order
+    if len(expired) > 1:
+        # The ledger lists the expirations of one timestamp by grant id (their rank, see
+        # app.storage.base.rank_of), so their balances are computed in that order.
+        expired = tuple(sorted(expired, key=lambda e: (e.expiry, e.grant_id)))
+    for e in expired:
         available -= e.amount
         entries.append(
             ExpirationEntry(
@@ -353,6 +357,7 @@ def _change(account: AccountState, entries: list[Entry]) -> Change:
         t.next_grant_id,
         account.next_sequence,
         _debt_queue(t),
+        watermark=t.clock,  # a window of 0: every write is final at once
     )
     return Change(account=row, entries=entries)
 

@@ -59,6 +59,7 @@ class GrantEntry:
     name: str | None = None
     metadata: dict[str, str] | None = None
     resources: tuple[str, ...] | None = None  # the classes it pays for; None: unrestricted
+    revision: int = 0  # +1 each time a late write restates its effect (SPEC section 6)
     kind: ClassVar[Literal["grant"]] = "grant"
 
 
@@ -73,6 +74,7 @@ class ConsumptionEntry:
     debt_added: int
     allocation: tuple[Allocation, ...]  # which grants gave how much, in the order drawn
     resource: str | None = None  # the class it ran on; None: no class
+    revision: int = 0  # +1 each time a late write restates its effect (SPEC section 6)
     kind: ClassVar[Literal["consumption"]] = "consumption"
 
 
@@ -88,6 +90,7 @@ class ExpirationEntry:
     expiry: int
     amount: int
     resources: tuple[str, ...] | None = None  # the grant's classes
+    revision: int = 0  # +1 each time a late write restates its effect (SPEC section 6)
     kind: ClassVar[Literal["expiration"]] = "expiration"
 
 
@@ -102,10 +105,33 @@ class VoidEntry:
     debt: int
     grant_id: int
     amount: int  # the live remainder removed; 0 when it was used up or expired
+    revision: int = 0  # +1 each time a late write restates its effect (SPEC section 6)
     kind: ClassVar[Literal["void"]] = "void"
 
 
 Entry = GrantEntry | ConsumptionEntry | ExpirationEntry | VoidEntry
+WriteEntry = GrantEntry | ConsumptionEntry | VoidEntry  # the entries of accepted writes
+
+# Effective order (SPEC section 6) is (timestamp, rank): at one timestamp the expirations
+# come first (credits expiring at T cannot pay a write at T), then the writes in arrival order.
+# A write's rank is its sequence (sequences are given in arrival order); an expiration's is
+# RANK_OF_EXPIRATIONS plus a number that orders the expirations of one timestamp (see
+# ``rank_of``), so it is negative. Ledger pages and as-of reads follow this order.
+RANK_OF_EXPIRATIONS: Final = -(2**53)
+Position = tuple[int, int]  # (timestamp, rank): an entry's place in effective order
+
+
+def rank_of(entry: Entry) -> int:
+    """The entry's rank among the entries of its timestamp (see ``RANK_OF_EXPIRATIONS``).
+    Expirations of one timestamp are ordered by grant id, which is the order the ledger
+    lists them in and computes their balances in."""
+    if isinstance(entry, ExpirationEntry):
+        return RANK_OF_EXPIRATIONS + entry.grant_id
+    return entry.sequence
+
+
+def position_of(entry: Entry) -> Position:
+    return (entry.timestamp, rank_of(entry))
 
 
 @dataclass(slots=True)
@@ -132,6 +158,23 @@ class AccountRow:
     # The debt queue by class (``TrackerState.debts``): () when there is none or all of it is
     # of no class, as every account before classes existed.
     debts: tuple[Debt, ...] = ()
+    # Event time (SPEC section 6). The row holds the CURRENT state (every accepted write
+    # applied); the watermark says which writes are final: those at or before it are, the
+    # rest (only when watermark < clock) are provisional and are replayed from the latest
+    # checkpoint at or before the watermark when the account is loaded.
+    watermark: int = 0
+    lateness_window: int | None = None  # the account's own window; None: the service's
+    # Writes made final since the latest checkpoint: a new checkpoint is due every so many.
+    folded_since_checkpoint: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """An account's final state right after the write at ``position`` (SPEC section 6: as-of
+    reads and restarts replay from the nearest checkpoint, never from the beginning)."""
+
+    position: Position
+    state: TrackerState
 
 
 @dataclass(slots=True)
@@ -139,16 +182,32 @@ class Change:
     account: AccountRow
     upserted_live_grants: list[LiveGrant] = field(default_factory=list)
     removed_grant_ids: list[int] = field(default_factory=list)
+    # The entries it appended: sequences contiguous, ending just before next_sequence.
     entries: list[Entry] = field(default_factory=list)
     idempotency: IdempotencyRecord | None = None
+    # Entries written before that a late write restated (same sequence, new effect, balance
+    # after or revision; SPEC section 6), and those it undid (an expiration that no longer
+    # happens), by sequence.
+    restated: list[Entry] = field(default_factory=list)
+    removed_sequences: list[int] = field(default_factory=list)
+    checkpoint: Checkpoint | None = None
 
 
 @dataclass(slots=True)
 class LoadedAccount:
     """An account as stored: enough to rebuild its tracker exactly."""
 
-    tracker_state: TrackerState
+    tracker_state: TrackerState  # the current state (every accepted write applied)
     next_sequence: int
+    watermark: int = 0
+    lateness_window: int | None = None
+    folded_since_checkpoint: int = 0
+    # Only when watermark < clock (provisional writes exist): the latest checkpoint at or
+    # before the watermark (None: the account's beginning) and every write entry after it,
+    # and every entry after the watermark (with its revision), all in effective order.
+    checkpoint: Checkpoint | None = None
+    writes_since_checkpoint: tuple[WriteEntry, ...] = ()
+    provisional_entries: tuple[Entry, ...] = ()
 
 
 @dataclass(slots=True)
@@ -174,6 +233,19 @@ class AccountState:
     next_sequence: int
     version: int  # bumped by every committed write: tells caches they are stale
     debts: tuple[Debt, ...] = ()  # as ``AccountRow.debts``
+    watermark: int = 0  # as ``AccountRow``
+    lateness_window: int | None = None
+    folded_since_checkpoint: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EventTime:
+    """What replaying an account's provisional writes needs (see ``LoadedAccount``): empty
+    when it has none."""
+
+    checkpoint: Checkpoint | None = None
+    writes_since_checkpoint: tuple[WriteEntry, ...] = ()
+    provisional_entries: tuple[Entry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,8 +316,29 @@ class StorageBackend(Protocol):
         store that is not open, and while another process serves the database."""
         ...
 
-    async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
-        """Up to ``limit`` committed entries of the account with sequence > ``after_sequence``."""
+    async def read_entries(
+        self, account_id: str, after: Position | None, limit: int
+    ) -> list[Entry]:
+        """Up to ``limit`` committed entries of the account in effective order (timestamp,
+        rank), after position ``after`` (None: from the first). A position stays a valid
+        cursor whatever late writes insert before it or restate after it."""
+        ...
+
+    async def read_entry_position(self, account_id: str, sequence: int) -> Position | None:
+        """Where the committed entry with this sequence stands in effective order, if it
+        exists (a cursor given as a sequence, as pages before late events had)."""
+        ...
+
+    async def read_writes(
+        self, account_id: str, after: Position | None, until_timestamp: int, limit: int
+    ) -> list[WriteEntry]:
+        """Up to ``limit`` committed entries of writes (grants, consumptions, voids) after
+        ``after`` (None: from the first) with timestamp <= ``until_timestamp``, in effective
+        order: what a replay from a checkpoint applies."""
+        ...
+
+    async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
+        """The account's latest checkpoint whose position is at or before ``timestamp``."""
         ...
 
     async def read_grant_entries(
@@ -264,10 +357,9 @@ class StorageBackend(Protocol):
         ...
 
     async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
-        """(available, debt) after the account's last committed entry with a timestamp at
-        or before ``timestamp``; (0, 0) when there is none. Entries are in non-decreasing
-        timestamp order (an expiration is stamped with its expiry, which lies after the
-        clock it was live at), so this is a search, not a scan."""
+        """(available, debt) after the account's last committed entry in effective order
+        with a timestamp at or before ``timestamp``; (0, 0) when there is none: one descent
+        of an index on (account, timestamp, rank), not a scan."""
         ...
 
     async def read_account_state(self, account_id: str) -> LoadedAccount | None:
@@ -349,6 +441,11 @@ class Transaction(Protocol):
 
     async def load_live_grants(self, account_ids: Sequence[str]) -> dict[str, list[LiveGrant]]: ...
 
+    async def read_event_time(self, state: AccountState) -> EventTime:
+        """For an account with provisional writes (watermark < clock), what replaying them
+        needs; empty otherwise."""
+        ...
+
     async def lock_key(self, scope: str, key: str) -> IdempotencyRecord | None:
         """Serialise requests with this key, then read its record."""
         ...
@@ -386,3 +483,17 @@ class TransactionalStore(StorageBackend, Protocol):
     ) -> tuple[AccountState | None, list[LiveGrant]]:
         """The account and its live grants in consumption order, from one snapshot."""
         ...
+
+
+async def read_entries_after_sequence(
+    store: StorageBackend, account_id: str, after_sequence: int, limit: int
+) -> list[Entry]:
+    """A ledger page whose cursor is an entry's sequence (0: from the first): the entries
+    after that entry in effective order; none when no entry has that sequence (a cursor past
+    the end, as before late events)."""
+    after: Position | None = None
+    if after_sequence:
+        after = await store.read_entry_position(account_id, after_sequence)
+        if after is None:
+            return []
+    return await store.read_entries(account_id, after, limit)

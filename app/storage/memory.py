@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
+import itertools
 import logging
 from collections.abc import Sequence
 
@@ -25,14 +27,19 @@ from app.storage.base import (
     MAX_GRANT_IDS_PER_READ,
     AccountRow,
     Change,
+    Checkpoint,
     Entry,
+    ExpirationEntry,
     GrantEntry,
     IdempotencyRecord,
     LoadedAccount,
     LoadedState,
     MigrationStatus,
+    Position,
     StorageError,
     VoidEntry,
+    WriteEntry,
+    position_of,
 )
 
 log = logging.getLogger("app.storage.memory")
@@ -47,7 +54,8 @@ class MemoryStore:
         self._forget()
 
     def _forget(self) -> None:
-        self._entries: dict[str, list[Entry]] = {}
+        self._entries: dict[str, _Ledger] = {}
+        self._checkpoints: dict[str, list[Checkpoint]] = {}  # in position order
         self._grant_entries: dict[tuple[str, int], GrantEntry] = {}
         self._void_entries: dict[tuple[str, int], VoidEntry] = {}
         self._accounts: dict[str, AccountRow] = {}
@@ -97,7 +105,8 @@ class MemoryStore:
         for change in changes:
             account_id = change.account.account_id
             if change.entries:
-                expected = next_seq.get(account_id, len(self._entries.get(account_id, ())) + 1)
+                stored = self._accounts.get(account_id)
+                expected = next_seq.get(account_id, 1 if stored is None else stored.next_sequence)
                 if change.entries[0].sequence != expected:
                     raise StorageError(
                         f"{account_id}: entry {change.entries[0].sequence} is not entry {expected}"
@@ -109,18 +118,28 @@ class MemoryStore:
         if account_id not in self._accounts:
             bisect.insort(self._account_ids, account_id)
         self._accounts[account_id] = change.account
-        entries = self._entries.setdefault(account_id, [])
-        for entry in change.entries:
-            entries.append(entry)
+        ledger = self._entries.setdefault(account_id, _Ledger())
+        for sequence in change.removed_sequences:
+            ledger.remove(sequence)
+        for entry in (*change.entries, *change.restated):
+            ledger.put(entry)
             if isinstance(entry, GrantEntry):
                 self._grant_entries[(account_id, entry.grant_id)] = entry
             elif isinstance(entry, VoidEntry):
                 self._void_entries[(account_id, entry.grant_id)] = entry
         live_grants = self._live_grants.setdefault(account_id, {})
         for live in change.upserted_live_grants:
-            live_grants[live.grant_id] = live
+            old = live_grants.get(live.grant_id)
+            # As the databases' upsert: a live grant's row changes only its remaining credits.
+            live_grants[live.grant_id] = (
+                live if old is None else dataclasses.replace(old, remaining=live.remaining)
+            )
         for grant_id in change.removed_grant_ids:
             live_grants.pop(grant_id, None)
+        if change.checkpoint is not None:
+            checkpoints = self._checkpoints.setdefault(account_id, [])
+            checkpoints.append(change.checkpoint)
+            checkpoints.sort(key=lambda c: c.position)
         record = change.idempotency
         if record is not None:
             self._keys[(record.scope, record.key)] = record
@@ -137,9 +156,25 @@ class MemoryStore:
     async def migration_status(self) -> MigrationStatus:
         return MigrationStatus(applied=(), known=())
 
-    async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
-        # sequence is 1-based and contiguous, so entry sequence s sits at index s - 1.
-        return self._entries.get(account_id, [])[after_sequence : after_sequence + limit]
+    async def read_entries(
+        self, account_id: str, after: Position | None, limit: int
+    ) -> list[Entry]:
+        ledger = self._entries.get(account_id)
+        return [] if ledger is None else ledger.after(after, limit)
+
+    async def read_entry_position(self, account_id: str, sequence: int) -> Position | None:
+        ledger = self._entries.get(account_id)
+        entry = None if ledger is None else ledger.by_sequence.get(sequence)
+        return None if entry is None else position_of(entry)
+
+    async def read_writes(
+        self, account_id: str, after: Position | None, until_timestamp: int, limit: int
+    ) -> list[WriteEntry]:
+        ledger = self._entries.get(account_id)
+        return [] if ledger is None else ledger.writes(after, until_timestamp, limit)
+
+    async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
+        return _checkpoint_at(self._checkpoints.get(account_id, []), timestamp)
 
     async def read_grant_entries(
         self, account_id: str, grant_ids: Sequence[int]
@@ -155,11 +190,9 @@ class MemoryStore:
         return self._grant_entries.get((account_id, grant_id))
 
     async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
-        entries = self._entries.get(account_id, [])
-        index = bisect.bisect_right(entries, timestamp, key=lambda e: e.timestamp)
-        if index == 0:
-            return 0, 0
-        return entries[index - 1].available, entries[index - 1].debt
+        ledger = self._entries.get(account_id)
+        entry = None if ledger is None else ledger.last_at(timestamp)
+        return (0, 0) if entry is None else (entry.available, entry.debt)
 
     async def read_account_state(self, account_id: str) -> LoadedAccount | None:
         row = self._accounts.get(account_id)
@@ -167,7 +200,22 @@ class MemoryStore:
             return None
         live_grants = tuple(b for _, b in sorted(self._live_grants.get(account_id, {}).items()))
         state = TrackerState(row.clock, row.debt, row.next_grant_id, live_grants, row.debts)
-        return LoadedAccount(state, row.next_sequence)
+        loaded = LoadedAccount(
+            state,
+            row.next_sequence,
+            row.watermark,
+            row.lateness_window,
+            row.folded_since_checkpoint,
+        )
+        if row.watermark < row.clock:  # provisional writes: see LoadedAccount
+            ledger = self._entries[account_id]
+            checkpoint = _checkpoint_at(self._checkpoints.get(account_id, []), row.watermark)
+            loaded.checkpoint = checkpoint
+            after = None if checkpoint is None else checkpoint.position
+            size = len(ledger.order)
+            loaded.writes_since_checkpoint = tuple(ledger.writes(after, row.clock, size))
+            loaded.provisional_entries = tuple(ledger.after((row.watermark, 2**63 - 1), size))
+        return loaded
 
     async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
         ids = self._account_ids
@@ -192,3 +240,60 @@ class MemoryStore:
         for k in old:
             del self._keys[k]
         return len(old)
+
+
+def _checkpoint_at(checkpoints: list[Checkpoint], timestamp: int) -> Checkpoint | None:
+    index = bisect.bisect_right(checkpoints, timestamp, key=lambda c: c.position[0])
+    return checkpoints[index - 1] if index else None
+
+
+class _Ledger:
+    """One account's entries by sequence, and their sequences in effective order (a sorted
+    list: an append at the end is the common case; a late write's insert is a memmove)."""
+
+    __slots__ = ("by_sequence", "order")
+
+    def __init__(self) -> None:
+        self.by_sequence: dict[int, Entry] = {}
+        self.order: list[tuple[Position, int]] = []
+
+    def put(self, entry: Entry) -> None:
+        old = self.by_sequence.get(entry.sequence)
+        if old is not None:
+            self._drop(old)
+        self.by_sequence[entry.sequence] = entry
+        key = (position_of(entry), entry.sequence)
+        if not self.order or self.order[-1] < key:
+            self.order.append(key)
+        else:
+            bisect.insort(self.order, key)
+
+    def remove(self, sequence: int) -> None:
+        old = self.by_sequence.pop(sequence, None)
+        if old is not None:
+            self._drop(old)
+
+    def _drop(self, entry: Entry) -> None:
+        key = (position_of(entry), entry.sequence)
+        index = bisect.bisect_left(self.order, key)
+        assert self.order[index] == key, "the order lists every entry"
+        del self.order[index]
+
+    def after(self, after: Position | None, limit: int) -> list[Entry]:
+        start = 0 if after is None else bisect.bisect_right(self.order, (after, 2**63))
+        return [self.by_sequence[s] for _, s in self.order[start : start + limit]]
+
+    def writes(self, after: Position | None, until_timestamp: int, limit: int) -> list[WriteEntry]:
+        start = 0 if after is None else bisect.bisect_right(self.order, (after, 2**63))
+        found: list[WriteEntry] = []
+        for (timestamp, _), sequence in itertools.islice(self.order, start, None):
+            if timestamp > until_timestamp or len(found) == limit:
+                break
+            entry = self.by_sequence[sequence]
+            if not isinstance(entry, ExpirationEntry):
+                found.append(entry)
+        return found
+
+    def last_at(self, timestamp: int) -> Entry | None:
+        index = bisect.bisect_right(self.order, ((timestamp, 2**63), 0))
+        return self.by_sequence[self.order[index - 1][1]] if index else None

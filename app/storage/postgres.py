@@ -38,18 +38,29 @@ from app.storage.base import (
     MAX_GRANT_IDS_PER_READ,
     AccountRow,
     Change,
+    Checkpoint,
     Entry,
+    EventTime,
+    ExpirationEntry,
     GrantEntry,
     IdempotencyRecord,
     LoadedAccount,
     LoadedState,
     MigrationStatus,
+    Position,
     StorageError,
     VoidEntry,
+    WriteEntry,
 )
 from app.storage.base import AccountState as AccountState  # where app.adapters.postgres finds it
 from app.storage.migrations import Migration
-from app.storage.rows import ENTRY_COLUMNS, IDEMPOTENCY_COLUMNS, LIVE_GRANT_COLUMNS, columns
+from app.storage.rows import (
+    CHECKPOINT_COLUMNS,
+    ENTRY_COLUMNS,
+    IDEMPOTENCY_COLUMNS,
+    LIVE_GRANT_COLUMNS,
+    columns,
+)
 
 # What a pool hands out: a proxy for a connection, used exactly like one. (The stubs make
 # these generic; at run time they are not, hence the string.)
@@ -166,11 +177,38 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         ALTER TABLE accounts ADD COLUMN debts jsonb;
         """,
     ),
+    (
+        6,
+        # Late events (SPEC section 6): as SQLite's migration 5. Every account so far had a
+        # window of 0, so its watermark is its clock and every entry is final.
+        """
+        ALTER TABLE accounts ADD COLUMN watermark bigint NOT NULL DEFAULT 0;
+        UPDATE accounts SET watermark = clock;
+        ALTER TABLE accounts ADD COLUMN lateness_window bigint;
+        ALTER TABLE accounts ADD COLUMN folded_since_checkpoint bigint NOT NULL DEFAULT 0;
+        ALTER TABLE live_grants ADD COLUMN granted_at bigint NOT NULL DEFAULT 0;
+        UPDATE live_grants l SET granted_at = e.timestamp FROM entries e
+            WHERE e.account_id = l.account_id AND e.kind = 'grant' AND e.grant_id = l.grant_id;
+        ALTER TABLE entries ADD COLUMN rank bigint NOT NULL DEFAULT 0;
+        ALTER TABLE entries ADD COLUMN revision bigint NOT NULL DEFAULT 0;
+        UPDATE entries SET rank = CASE kind
+            WHEN 'expiration' THEN -9007199254740992 + (details->>'grant_id')::bigint
+            ELSE sequence END;
+        CREATE INDEX entries_by_position ON entries (account_id, timestamp, rank);
+        CREATE TABLE checkpoints (
+            account_id text NOT NULL,
+            timestamp bigint NOT NULL,
+            rank bigint NOT NULL,
+            state jsonb NOT NULL,
+            PRIMARY KEY (account_id, timestamp, rank)
+        );
+        """,
+    ),
 )
 # The last entry at or before a time (reads are safe: an as-of read is answered from here).
 _TOTALS_AT = (
     "SELECT available, debt FROM entries WHERE account_id = $1 AND timestamp <= $2 "
-    "ORDER BY timestamp DESC, sequence DESC LIMIT 1"
+    "ORDER BY timestamp DESC, rank DESC LIMIT 1"
 )
 
 
@@ -184,6 +222,9 @@ def _state(row: asyncpg.Record) -> AccountState:
         row["next_sequence"],
         row["version"],
         rows.debts_of(row["debts"]),
+        row["watermark"],
+        row["lateness_window"],
+        row["folded_since_checkpoint"],
     )
 
 
@@ -195,6 +236,7 @@ def _entry(row: asyncpg.Record) -> Entry:
         row["available"],
         row["debt"],
         row["details"],
+        row["revision"],
     )
 
 
@@ -210,9 +252,25 @@ def _idempotency(row: asyncpg.Record) -> IdempotencyRecord:
 
 
 _ACCOUNT_COLUMNS = (
-    "account_id, clock, debt, available, next_grant_id, next_sequence, version, debts"
+    "account_id, clock, debt, available, next_grant_id, next_sequence, version, debts, "
+    "watermark, lateness_window, folded_since_checkpoint"
 )
-_ENTRY_COLUMNS = "sequence, kind, timestamp, available, debt, details"
+_ENTRY_COLUMNS = "sequence, kind, timestamp, available, debt, details, revision"
+# Entries after a position, in effective order: a range of the ``entries_by_position`` index.
+_ENTRIES_AFTER = (
+    f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE account_id = $1 AND (timestamp, rank) > ($2, $3) "
+    "ORDER BY timestamp, rank LIMIT $4"
+)
+_WRITES_AFTER = (
+    f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE account_id = $1 AND (timestamp, rank) > ($2, $3) "
+    "AND timestamp <= $4 AND kind <> 'expiration' ORDER BY timestamp, rank LIMIT $5"
+)
+_CHECKPOINT_AT = (
+    "SELECT timestamp, rank, state::text AS state FROM checkpoints "
+    "WHERE account_id = $1 AND timestamp <= $2 ORDER BY timestamp DESC, rank DESC LIMIT 1"
+)
+_BEFORE_EVERY_POSITION: Final[Position] = (-1, 0)
+_MAX_REPLAYED_WRITES: Final = 1_000_000  # a bound, as on SQLite
 # A grant's entry, and the entry that voided it (each kind has its own index on grant_id).
 _GRANT_ENTRY = (
     f"SELECT {_ENTRY_COLUMNS} FROM entries "
@@ -233,11 +291,27 @@ ACCOUNTS_RANGE = (
 _SELECT_IDEMPOTENCY = (
     f"SELECT {columns(IDEMPOTENCY_COLUMNS)} FROM idempotency WHERE scope = $1 AND key = $2"
 )
+# Over any entry of its sequence: a late write restates entries after it (SPEC section 6).
+_UPSERT_ENTRY = (
+    f"INSERT INTO entries ({columns(ENTRY_COLUMNS)}) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10) "
+    "ON CONFLICT (account_id, sequence) DO UPDATE SET kind = excluded.kind, "
+    "timestamp = excluded.timestamp, available = excluded.available, debt = excluded.debt, "
+    "grant_id = excluded.grant_id, details = excluded.details, rank = excluded.rank, "
+    "revision = excluded.revision"
+)
+_DELETE_ENTRY = "DELETE FROM entries WHERE account_id = $1 AND sequence = $2"
 _INSERT_ENTRY = (
-    f"INSERT INTO entries ({columns(ENTRY_COLUMNS)}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)"
+    f"INSERT INTO entries ({columns(ENTRY_COLUMNS)}) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10)"
+)
+_UPSERT_CHECKPOINT = (
+    f"INSERT INTO checkpoints ({columns(CHECKPOINT_COLUMNS)}) VALUES ($1, $2, $3, $4::jsonb) "
+    "ON CONFLICT (account_id, timestamp, rank) DO UPDATE SET state = excluded.state"
 )
 _UPSERT_LIVE_GRANT = (
-    f"INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES ($1, $2, $3, $4, $5::jsonb) "
+    f"INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) "
+    "VALUES ($1, $2, $3, $4, $5::jsonb, $6) "
     "ON CONFLICT (account_id, grant_id) DO UPDATE SET remaining = excluded.remaining"
 )
 _DELETE_LIVE_GRANT = "DELETE FROM live_grants WHERE account_id = $1 AND grant_id = $2"
@@ -246,7 +320,8 @@ _INSERT_IDEMPOTENCY = (
 )
 _UPDATE_ACCOUNT = (
     "UPDATE accounts SET clock = $2, debt = $3, available = $4, next_grant_id = $5, "
-    "next_sequence = $6, version = $7, debts = $8::jsonb WHERE account_id = $1"
+    "next_sequence = $6, version = $7, debts = $8::jsonb, watermark = $9, "
+    "lateness_window = $10, folded_since_checkpoint = $11 WHERE account_id = $1"
 )
 
 
@@ -316,8 +391,8 @@ class PgTransaction:
 
     async def load_live_grants(self, account_ids: Sequence[str]) -> dict[str, list[LiveGrant]]:
         found = await self._conn.fetch(
-            "SELECT account_id, grant_id, expiry, remaining, resources FROM live_grants "
-            "WHERE account_id = ANY($1::text[])",
+            "SELECT account_id, grant_id, expiry, remaining, resources, granted_at "
+            "FROM live_grants WHERE account_id = ANY($1::text[])",
             list(account_ids),
         )
         out: dict[str, list[LiveGrant]] = {a: [] for a in account_ids}
@@ -328,9 +403,13 @@ class PgTransaction:
                     row["expiry"],
                     row["remaining"],
                     rows.classes_of(row["resources"]),
+                    row["granted_at"],
                 )
             )
         return out
+
+    async def read_event_time(self, state: AccountState) -> EventTime:
+        return await _event_time(self._conn, state)
 
     async def lock_key(self, scope: str, key: str) -> IdempotencyRecord | None:
         """Serialise requests with this key across processes, then read its record."""
@@ -352,8 +431,14 @@ class PgTransaction:
             await conn.executemany(_DELETE_LIVE_GRANT, group.live_grant_deletes)
         if group.live_grant_upserts:
             await conn.executemany(_UPSERT_LIVE_GRANT, group.live_grant_upserts)
+        if group.entry_deletes:
+            await conn.executemany(_DELETE_ENTRY, group.entry_deletes)
         if group.entries:
             await conn.executemany(_INSERT_ENTRY, group.entries)
+        if group.restated_entries:
+            await conn.executemany(_UPSERT_ENTRY, group.restated_entries)
+        if group.checkpoints:
+            await conn.executemany(_UPSERT_CHECKPOINT, group.checkpoints)
         if group.idempotency:
             await conn.executemany(_INSERT_IDEMPOTENCY, group.idempotency)
         new_versions = {account_id: versions[account_id] + 1 for account_id in group.accounts}
@@ -370,6 +455,9 @@ class PgTransaction:
                         a.next_sequence,
                         new_versions[a.account_id],
                         rows.debts_text(a.debts),
+                        a.watermark,
+                        a.lateness_window,
+                        a.folded_since_checkpoint,
                     )
                     for a in group.accounts.values()
                 ],
@@ -507,7 +595,17 @@ class PostgresStore:
 
     async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
         return [
-            AccountRow(s.account_id, s.clock, s.debt, s.next_grant_id, s.next_sequence, s.debts)
+            AccountRow(
+                s.account_id,
+                s.clock,
+                s.debt,
+                s.next_grant_id,
+                s.next_sequence,
+                s.debts,
+                s.watermark,
+                s.lateness_window,
+                s.folded_since_checkpoint,
+            )
             for s in await self.read_account_states(prefix, after, limit)
         ]
 
@@ -550,26 +648,48 @@ class PostgresStore:
             if row is None:
                 return None, []
             found = await conn.fetch(
-                "SELECT grant_id, expiry, remaining, resources FROM live_grants "
+                "SELECT grant_id, expiry, remaining, resources, granted_at FROM live_grants "
                 "WHERE account_id = $1 ORDER BY expiry, grant_id",
                 account_id,
             )
         live = [
-            LiveGrant(r["grant_id"], r["expiry"], r["remaining"], rows.classes_of(r["resources"]))
+            LiveGrant(
+                r["grant_id"],
+                r["expiry"],
+                r["remaining"],
+                rows.classes_of(r["resources"]),
+                r["granted_at"],
+            )
             for r in found
         ]
         return _state(row), live
 
-    async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
+    async def read_entries(
+        self, account_id: str, after: Position | None, limit: int
+    ) -> list[Entry]:
+        start = after if after is not None else _BEFORE_EVERY_POSITION
         async with self._connection() as conn:
-            rows = await conn.fetch(
-                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE account_id = $1 AND sequence > $2 "
-                "ORDER BY sequence LIMIT $3",
+            found = await conn.fetch(_ENTRIES_AFTER, account_id, *start, limit)
+        return [_entry(r) for r in found]
+
+    async def read_entry_position(self, account_id: str, sequence: int) -> Position | None:
+        async with self._connection() as conn:
+            row = await conn.fetchrow(
+                "SELECT timestamp, rank FROM entries WHERE account_id = $1 AND sequence = $2",
                 account_id,
-                after_sequence,
-                limit,
+                sequence,
             )
-        return [_entry(r) for r in rows]
+        return None if row is None else (row["timestamp"], row["rank"])
+
+    async def read_writes(
+        self, account_id: str, after: Position | None, until_timestamp: int, limit: int
+    ) -> list[WriteEntry]:
+        async with self._connection() as conn:
+            return await _read_writes(conn, account_id, after, until_timestamp, limit)
+
+    async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
+        async with self._connection() as conn:
+            return await _read_checkpoint(conn, account_id, timestamp)
 
     async def read_grant_entries(
         self, account_id: str, grant_ids: Sequence[int]
@@ -614,7 +734,20 @@ class PostgresStore:
         tracker_state = TrackerState(
             state.clock, state.debt, state.next_grant_id, in_grant_order, state.debts
         )
-        return LoadedAccount(tracker_state, state.next_sequence)
+        loaded = LoadedAccount(
+            tracker_state,
+            state.next_sequence,
+            state.watermark,
+            state.lateness_window,
+            state.folded_since_checkpoint,
+        )
+        if state.watermark < state.clock:
+            async with self._connection() as conn:
+                event_time = await _event_time(conn, state)
+            loaded.checkpoint = event_time.checkpoint
+            loaded.writes_since_checkpoint = event_time.writes_since_checkpoint
+            loaded.provisional_entries = event_time.provisional_entries
+        return loaded
 
     async def read_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
         async with self._connection() as conn:
@@ -631,6 +764,38 @@ class PostgresStore:
                 "DELETE FROM idempotency WHERE created_at_s < $1", min_created_at_s
             )
         return int(status.split()[-1])
+
+
+async def _read_writes(
+    conn: Connection, account_id: str, after: Position | None, until_timestamp: int, limit: int
+) -> list[WriteEntry]:
+    start = after if after is not None else _BEFORE_EVERY_POSITION
+    found = await conn.fetch(_WRITES_AFTER, account_id, *start, until_timestamp, limit)
+    writes: list[WriteEntry] = []
+    for row in found:
+        entry = _entry(row)
+        assert not isinstance(entry, ExpirationEntry)
+        writes.append(entry)
+    return writes
+
+
+async def _read_checkpoint(conn: Connection, account_id: str, timestamp: int) -> Checkpoint | None:
+    row = await conn.fetchrow(_CHECKPOINT_AT, account_id, timestamp)
+    return None if row is None else rows.checkpoint_of(row["timestamp"], row["rank"], row["state"])
+
+
+async def _event_time(conn: Connection, state: AccountState) -> EventTime:
+    """What replaying an account's provisional writes needs (see ``LoadedAccount``)."""
+    if state.watermark >= state.clock:
+        return EventTime()
+    account_id = state.account_id
+    checkpoint = await _read_checkpoint(conn, account_id, state.watermark)
+    after = None if checkpoint is None else checkpoint.position
+    writes = await _read_writes(conn, account_id, after, state.clock, _MAX_REPLAYED_WRITES)
+    found = await conn.fetch(
+        _ENTRIES_AFTER, account_id, state.watermark, 2**63 - 1, _MAX_REPLAYED_WRITES
+    )
+    return EventTime(checkpoint, tuple(writes), tuple(_entry(r) for r in found))
 
 
 async def _commit(tx: asyncpg.transaction.Transaction) -> None:

@@ -19,15 +19,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from app.domain import Allocation, Debt
+from app.domain import Allocation, Debt, LiveGrant, TrackerState
 from app.storage.base import (
     AccountRow,
     Change,
+    Checkpoint,
     ConsumptionEntry,
     Entry,
     ExpirationEntry,
     GrantEntry,
     VoidEntry,
+    position_of,
+    rank_of,
 )
 
 ACCOUNT_COLUMNS: Final = (
@@ -37,6 +40,9 @@ ACCOUNT_COLUMNS: Final = (
     "next_grant_id",
     "next_sequence",
     "debts",  # JSON [[class or null, amount], ...]; NULL: none, or all of no class
+    "watermark",  # SPEC section 6: writes at or before it are final
+    "lateness_window",  # the account's own window; NULL: the service's setting
+    "folded_since_checkpoint",
 )
 LIVE_GRANT_COLUMNS: Final = (
     "account_id",
@@ -44,6 +50,7 @@ LIVE_GRANT_COLUMNS: Final = (
     "expiry",
     "remaining",
     "resources",  # JSON list of classes; NULL: unrestricted
+    "granted_at",  # the grant's timestamp: ties at one expiry are drawn in effective order
 )
 ENTRY_COLUMNS: Final = (
     "account_id",
@@ -56,6 +63,14 @@ ENTRY_COLUMNS: Final = (
     # it was voided are looked up by it).
     "grant_id",
     "details",
+    "rank",  # effective order is (timestamp, rank): see app.storage.base.RANK_OF_EXPIRATIONS
+    "revision",  # +1 each time a late write restates the entry
+)
+CHECKPOINT_COLUMNS: Final = (
+    "account_id",
+    "timestamp",  # the position of the last write the checkpoint includes
+    "rank",
+    "state",  # JSON, see state_text
 )
 IDEMPOTENCY_COLUMNS: Final = (
     "scope",
@@ -72,6 +87,7 @@ SHARED_TABLES: Final[dict[str, tuple[str, ...]]] = {
     "accounts": ACCOUNT_COLUMNS,
     "live_grants": LIVE_GRANT_COLUMNS,
     "entries": ENTRY_COLUMNS,
+    "checkpoints": CHECKPOINT_COLUMNS,
     "idempotency": IDEMPOTENCY_COLUMNS,
     "schema_migrations": MIGRATION_COLUMNS,
 }
@@ -94,8 +110,10 @@ BACKEND_ONLY_COLUMNS: Final[dict[str, dict[str, tuple[str, ...]]]] = {
 
 ENTRY_KINDS: Final = frozenset({"grant", "consumption", "expiration", "void"})
 
-EntryValues = tuple[str, int, str, int, int, int, int | None, str]
-LiveGrantValues = tuple[str, int, int, int, str | None]
+EntryValues = tuple[str, int, str, int, int, int, int | None, str, int, int]
+LiveGrantValues = tuple[str, int, int, int, str | None, int]
+CheckpointValues = tuple[str, int, int, str]
+AccountValues = tuple[str, int, int, int, int, str | None, int, int | None, int]
 IdempotencyValues = tuple[str, str, str, int, bytes, float]
 
 
@@ -105,77 +123,146 @@ class Rows:
 
     # The newest row of each account the group touched, in the order first touched.
     accounts: dict[str, AccountRow] = field(default_factory=dict)
-    entries: list[EntryValues] = field(default_factory=list)
+    entries: list[EntryValues] = field(default_factory=list)  # new: inserted
+    # Written over any entry of the same (account_id, sequence): restated by a late write.
+    restated_entries: list[EntryValues] = field(default_factory=list)
+    entry_deletes: list[tuple[str, int]] = field(default_factory=list)
     live_grant_upserts: list[LiveGrantValues] = field(default_factory=list)
     live_grant_deletes: list[tuple[str, int]] = field(default_factory=list)
     idempotency: list[IdempotencyValues] = field(default_factory=list)
+    checkpoints: list[CheckpointValues] = field(default_factory=list)
 
-    def account_values(self) -> list[tuple[str, int, int, int, int, str | None]]:
-        return [
-            (a.account_id, a.clock, a.debt, a.next_grant_id, a.next_sequence, debts_text(a.debts))
-            for a in self.accounts.values()
-        ]
+    def account_values(self) -> list[AccountValues]:
+        return [account_values(a) for a in self.accounts.values()]
+
+
+def account_row(
+    account_id: str,
+    clock: int,
+    debt: int,
+    next_grant_id: int,
+    next_sequence: int,
+    debts: str | None,
+    watermark: int,
+    lateness_window: int | None,
+    folded_since_checkpoint: int,
+) -> AccountRow:
+    """An account row from its values, in ``ACCOUNT_COLUMNS`` order."""
+    return AccountRow(
+        account_id,
+        clock,
+        debt,
+        next_grant_id,
+        next_sequence,
+        debts_of(debts),
+        watermark,
+        lateness_window,
+        folded_since_checkpoint,
+    )
+
+
+def account_values(a: AccountRow) -> AccountValues:
+    return (
+        a.account_id,
+        a.clock,
+        a.debt,
+        a.next_grant_id,
+        a.next_sequence,
+        debts_text(a.debts),
+        a.watermark,
+        a.lateness_window,
+        a.folded_since_checkpoint,
+    )
 
 
 def encode(changes: Sequence[Change]) -> Rows:
     """Check ``changes`` (see ``check_changes``) and turn them into rows."""
     check_changes(changes)
     rows = Rows()
-    upserts: dict[tuple[str, int], LiveGrantValues] = {}
-    dumps = json.dumps
+    # The end state of each live grant and entry the group touches (the last change to one
+    # wins): None is a delete. A late write can bring a live grant back (a consumption now
+    # paid by an earlier grant leaves another one credits) and restate an entry twice.
+    live: dict[tuple[str, int], LiveGrantValues | None] = {}
+    # (is new, values) or None for a delete.
+    entries: dict[tuple[str, int], tuple[bool, EntryValues] | None] = {}
     for change in changes:
         account = change.account
         account_id = account.account_id
         rows.accounts[account_id] = account
         for e in change.entries:
-            rows.entries.append(
-                (
-                    account_id,
-                    e.sequence,
-                    e.kind,
-                    e.timestamp,
-                    e.available,
-                    e.debt,
-                    e.grant_id if isinstance(e, GrantEntry | VoidEntry) else None,
-                    dumps(_details(e), separators=(",", ":")),
-                )
-            )
+            entries[(account_id, e.sequence)] = (True, _entry_values(account_id, e))
+        for e in change.restated:
+            new = entries.get((account_id, e.sequence), (False, None))
+            is_new = new is not None and new[0]  # appended earlier in the group: still new
+            entries[(account_id, e.sequence)] = (is_new, _entry_values(account_id, e))
+        for sequence in change.removed_sequences:
+            entries[(account_id, sequence)] = None
         for b in change.upserted_live_grants:
-            upserts[(account_id, b.grant_id)] = (
+            live[(account_id, b.grant_id)] = (
                 account_id,
                 b.grant_id,
                 b.expiry,
                 b.remaining,
                 classes_text(b.resources),
+                b.granted_at,
             )
         for grant_id in change.removed_grant_ids:
-            upserts.pop((account_id, grant_id), None)
-            rows.live_grant_deletes.append((account_id, grant_id))
+            live[(account_id, grant_id)] = None
+        if change.checkpoint is not None:
+            timestamp, rank = change.checkpoint.position
+            rows.checkpoints.append(
+                (account_id, timestamp, rank, state_text(change.checkpoint.state))
+            )
         r = change.idempotency
         if r is not None:
             assert r.body is not None  # checked; for the type checker
             rows.idempotency.append(
                 (r.scope, r.key, r.fingerprint, r.status_code, r.body, r.created_at_s)
             )
-    rows.live_grant_upserts = list(upserts.values())
+    for key, values in live.items():
+        if values is None:
+            rows.live_grant_deletes.append(key)
+        else:
+            rows.live_grant_upserts.append(values)
+    for key, entry in entries.items():
+        if entry is None:
+            rows.entry_deletes.append(key)
+        elif entry[0]:
+            rows.entries.append(entry[1])
+        else:
+            rows.restated_entries.append(entry[1])
     return rows
+
+
+def _entry_values(account_id: str, e: Entry) -> EntryValues:
+    return (
+        account_id,
+        e.sequence,
+        e.kind,
+        e.timestamp,
+        e.available,
+        e.debt,
+        e.grant_id if isinstance(e, GrantEntry | VoidEntry) else None,
+        json.dumps(_details(e), separators=(",", ":")),
+        rank_of(e),
+        e.revision,
+    )
 
 
 def check_changes(changes: Sequence[Change]) -> None:
     """Assert what must hold of a group of changes before any of it is written (the other
     half of the checks ``GPUCreditTracker.from_state`` makes of what it reads back).
 
-    Per change: the account row is in range; its entries are contiguous, end just before
-    its ``next_sequence``, have known kinds, and timestamps that never decrease and never
-    pass its clock; each upserted live grant belongs to a grant already made, has credits
-    left and expires after the clock; no live grant is both upserted and removed, or named
-    twice; an idempotency record carries its body. Across the group, per account, in order:
-    the entries go on where the previous change's ended, the clock never goes back, and a
-    removed live grant is never upserted again.
+    Per change: the account row is in range (watermark <= clock); its new entries are
+    contiguous and end just before its ``next_sequence``, its restated and removed ones come
+    before them; no two entries share a position; none passes its clock; each upserted live
+    grant belongs to a grant already made, has credits left and expires after the clock; no
+    live grant is both upserted and removed, or named twice; a checkpoint lies at or before
+    the watermark; an idempotency record carries its body. Across the group, per account, in
+    order: the new entries go on where the previous change's ended, and the clock, the
+    watermark and the next grant id never go back.
     """
     newest: dict[str, AccountRow] = {}
-    last_timestamp: dict[str, int] = {}
-    removed: set[tuple[str, int]] = set()
     for change in changes:
         a = change.account
         account_id = a.account_id
@@ -184,22 +271,26 @@ def check_changes(changes: Sequence[Change]) -> None:
         assert a.debt >= 0, f"{account_id}: debt {a.debt} < 0"
         assert a.next_grant_id >= 1, f"{account_id}: grant ids start at 1"
         assert a.next_sequence >= 1, f"{account_id}: entry sequences start at 1"
+        assert 0 <= a.watermark <= a.clock, f"{account_id}: watermark {a.watermark} off the clock"
+        assert a.lateness_window is None or a.lateness_window >= 0, f"{account_id}: window < 0"
+        assert a.folded_since_checkpoint >= 0, f"{account_id}: folded writes < 0"
         before = newest.get(account_id)
         if before is not None:
             assert a.clock >= before.clock, f"{account_id}: the clock went back"
+            assert a.watermark >= before.watermark, f"{account_id}: the watermark went back"
             assert a.next_grant_id >= before.next_grant_id, f"{account_id}: next grant id went back"
             assert a.next_sequence == before.next_sequence + len(change.entries), (
                 f"{account_id}: entries do not go on where the previous change's ended"
             )
         newest[account_id] = a
-        _check_entries(change, last_timestamp)
-        upserted = _check_live_grants(change, removed)
-        for grant_id in change.removed_grant_ids:
-            key = (account_id, grant_id)
-            assert 1 <= grant_id < a.next_grant_id, f"{account_id}: no grant {grant_id}"
-            assert grant_id not in upserted, f"{account_id}: live grant {grant_id} kept and removed"
-            assert key not in removed, f"{account_id}: live grant {grant_id} removed twice"
-            removed.add(key)
+        _check_entries(change)
+        _check_live_grants(change)
+        checkpoint = change.checkpoint
+        if checkpoint is not None:
+            timestamp = checkpoint.position[0]
+            assert checkpoint.state.clock <= timestamp <= a.watermark, (
+                f"{account_id}: checkpoint at {timestamp} is not final (watermark {a.watermark})"
+            )
         r = change.idempotency
         if r is not None:
             assert r.scope, "an idempotency record has a scope"
@@ -208,36 +299,40 @@ def check_changes(changes: Sequence[Change]) -> None:
             assert 100 <= r.status_code <= 599, f"status {r.status_code} is not HTTP"
 
 
-def _check_entries(change: Change, last_timestamp: dict[str, int]) -> None:
+def _check_entries(change: Change) -> None:
     a = change.account
-    entries = change.entries
-    if not entries:
-        return
     account_id = a.account_id
-    first = entries[0].sequence
-    assert first >= 1, f"{account_id}: entry sequences start at 1"
-    assert entries[-1].sequence == a.next_sequence - 1, (
-        f"{account_id}: entries end at {entries[-1].sequence}, next_sequence is {a.next_sequence}"
-    )
-    previous = last_timestamp.get(account_id, 0)
+    entries = change.entries
+    first_new = a.next_sequence - len(entries)
+    assert first_new >= 1, f"{account_id}: entries end after next_sequence {a.next_sequence}"
     for i, e in enumerate(entries):
-        assert e.sequence == first + i, f"{account_id}: entry {e.sequence} is not contiguous"
+        assert e.sequence == first_new + i, f"{account_id}: entry {e.sequence} is not contiguous"
+    positions: set[tuple[int, int]] = set()
+    restated: set[int] = set()
+    for e in (*entries, *change.restated):
         assert e.kind in ENTRY_KINDS, f"{account_id}: unknown entry kind {e.kind!r}"
-        # read_totals_at searches by timestamp: it must not decrease along the ledger.
-        assert previous <= e.timestamp <= a.clock, (
-            f"{account_id}: entry {e.sequence} at {e.timestamp} is out of order (clock {a.clock})"
-        )
+        position = position_of(e)
+        # Ledger pages and as-of reads go by position: no two entries share one.
+        assert position not in positions, f"{account_id}: two entries at {position}"
+        positions.add(position)
+        assert e.timestamp <= a.clock, f"{account_id}: entry {e.sequence} is after the clock"
         assert e.available >= 0, f"{account_id}: entry {e.sequence} available < 0"
         assert e.debt >= 0, f"{account_id}: entry {e.sequence} debt < 0"
-        if isinstance(e, GrantEntry | VoidEntry):
+        assert e.revision >= 0, f"{account_id}: entry {e.sequence} revision < 0"
+        if isinstance(e, GrantEntry | VoidEntry | ExpirationEntry):
             assert 1 <= e.grant_id < a.next_grant_id, (
                 f"{account_id}: {e.kind} entry {e.sequence} names grant {e.grant_id}"
             )
-        previous = e.timestamp
-    last_timestamp[account_id] = previous
+    for e in change.restated:
+        assert 1 <= e.sequence < first_new, f"{account_id}: restated entry {e.sequence} is new"
+        assert e.sequence not in restated, f"{account_id}: entry {e.sequence} restated twice"
+        restated.add(e.sequence)
+    for sequence in change.removed_sequences:
+        assert sequence not in restated, f"{account_id}: entry {sequence} restated and removed"
+        assert 1 <= sequence < first_new, f"{account_id}: no entry {sequence} to remove"
 
 
-def _check_live_grants(change: Change, removed: set[tuple[str, int]]) -> set[int]:
+def _check_live_grants(change: Change) -> None:
     a = change.account
     account_id = a.account_id
     upserted: set[int] = set()
@@ -246,11 +341,13 @@ def _check_live_grants(change: Change, removed: set[tuple[str, int]]) -> set[int
         assert b.remaining > 0, f"{account_id}: live grant {b.grant_id} has nothing left"
         assert b.expiry > a.clock, f"{account_id}: live grant {b.grant_id} expired at {b.expiry}"
         assert b.grant_id not in upserted, f"{account_id}: live grant {b.grant_id} upserted twice"
-        assert (account_id, b.grant_id) not in removed, (
-            f"{account_id}: live grant {b.grant_id} upserted after it was removed"
-        )
         upserted.add(b.grant_id)
-    return upserted
+    removed: set[int] = set()
+    for grant_id in change.removed_grant_ids:
+        assert 1 <= grant_id < a.next_grant_id, f"{account_id}: no grant {grant_id}"
+        assert grant_id not in upserted, f"{account_id}: live grant {grant_id} kept and removed"
+        assert grant_id not in removed, f"{account_id}: live grant {grant_id} removed twice"
+        removed.add(grant_id)
 
 
 def _details(e: Entry) -> dict[str, Any]:
@@ -318,15 +415,60 @@ def debts_of(text: str | None) -> tuple[Debt, ...]:
     return () if text is None else tuple(Debt(r, a) for r, a in json.loads(text))
 
 
+def state_text(state: TrackerState) -> str:
+    """A checkpoint's tracker state as its column keeps it (JSON)."""
+    return json.dumps(
+        {
+            "clock": state.clock,
+            "debt": state.debt,
+            "next_grant_id": state.next_grant_id,
+            "live_grants": [
+                [g.grant_id, g.expiry, g.remaining, _listed(g.resources), g.granted_at]
+                for g in state.live_grants
+            ],
+            "debts": [[d.resource, d.amount] for d in state.debts],
+        },
+        separators=(",", ":"),
+    )
+
+
+def state_of(text: str) -> TrackerState:
+    d = json.loads(text)
+    return TrackerState(
+        d["clock"],
+        d["debt"],
+        d["next_grant_id"],
+        tuple(
+            LiveGrant(g, expiry, remaining, None if r is None else tuple(r), granted_at)
+            for g, expiry, remaining, r, granted_at in d["live_grants"]
+        ),
+        tuple(Debt(r, a) for r, a in d["debts"]),
+    )
+
+
+def checkpoint_of(timestamp: int, rank: int, state: str) -> Checkpoint:
+    return Checkpoint((timestamp, rank), state_of(state))
+
+
+def _listed(resources: tuple[str, ...] | None) -> list[str] | None:
+    return None if resources is None else list(resources)
+
+
 def _classes(d: dict[str, Any], member: str) -> tuple[str, ...] | None:
     found = d.get(member)
     return None if found is None else tuple(found)
 
 
 def entry_of(
-    sequence: int, kind: str, timestamp: int, available: int, debt: int, details: str
+    sequence: int,
+    kind: str,
+    timestamp: int,
+    available: int,
+    debt: int,
+    details: str,
+    revision: int = 0,
 ) -> Entry:
-    """An entry from its row (``ENTRY_COLUMNS`` without account_id and grant_id)."""
+    """An entry from its row (``ENTRY_COLUMNS`` without account_id, grant_id and rank)."""
     d = json.loads(details)
     if kind == "grant":
         return GrantEntry(
@@ -342,6 +484,7 @@ def entry_of(
             d.get("name"),
             d.get("metadata"),
             _classes(d, "resources"),
+            revision,
         )
     if kind == "consumption":
         allocation = tuple(
@@ -358,9 +501,10 @@ def entry_of(
             d["debt_added"],
             allocation,
             d.get("resource"),
+            revision,
         )
     if kind == "void":
-        return VoidEntry(sequence, timestamp, available, debt, d["grant_id"], d["amount"])
+        return VoidEntry(sequence, timestamp, available, debt, d["grant_id"], d["amount"], revision)
     assert kind == "expiration", f"unknown entry kind {kind!r}"
     return ExpirationEntry(
         sequence,
@@ -371,6 +515,7 @@ def entry_of(
         d["expiry"],
         d["amount"],
         _classes(d, "resources"),
+        revision,
     )
 
 

@@ -57,18 +57,23 @@ from app.storage.base import (
     MAX_GRANT_IDS_PER_READ,
     AccountRow,
     Change,
+    Checkpoint,
     Entry,
+    ExpirationEntry,
     GrantEntry,
     IdempotencyRecord,
     LoadedAccount,
     LoadedState,
     MigrationStatus,
+    Position,
     StorageError,
     VoidEntry,
+    WriteEntry,
 )
 from app.storage.migrations import Migration
 from app.storage.rows import (
     ACCOUNT_COLUMNS,
+    CHECKPOINT_COLUMNS,
     ENTRY_COLUMNS,
     IDEMPOTENCY_COLUMNS,
     LIVE_GRANT_COLUMNS,
@@ -79,8 +84,9 @@ log = logging.getLogger("app.storage.sqlite")
 
 # A cap on one transaction's size keeps a commit's latency and memory bounded under load.
 MAX_CHANGES_PER_COMMIT: Final = 20_000
-# ALTER TABLE ... RENAME COLUMN (migration 2) needs it.
-MIN_SQLITE_VERSION: Final = (3, 25, 0)
+# ALTER TABLE ... RENAME COLUMN (migration 2) needs 3.25; json_extract in migration 5 needs
+# the JSON functions, built in by default since 3.38.
+MIN_SQLITE_VERSION: Final = (3, 38, 0)
 
 # (version, SQL). Append only: a released migration is never edited (see app.storage.migrations).
 MIGRATIONS: Final[tuple[Migration, ...]] = (
@@ -164,6 +170,37 @@ ALTER TABLE live_grants ADD COLUMN resources TEXT;
 ALTER TABLE accounts ADD COLUMN debts TEXT;
 """,
     ),
+    (
+        5,
+        # Late events (SPEC section 6). Every account so far had a window of 0, so its
+        # watermark is its clock and every entry is final. Live grants learn their grant's
+        # timestamp (ties are drawn in effective order); entries their rank (effective order
+        # is (timestamp, rank)) and revision; checkpoints of final states appear.
+        """
+ALTER TABLE accounts ADD COLUMN watermark INTEGER NOT NULL DEFAULT 0;
+UPDATE accounts SET watermark = clock;
+ALTER TABLE accounts ADD COLUMN lateness_window INTEGER;
+ALTER TABLE accounts ADD COLUMN folded_since_checkpoint INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE live_grants ADD COLUMN granted_at INTEGER NOT NULL DEFAULT 0;
+UPDATE live_grants SET granted_at = coalesce((
+    SELECT e.timestamp FROM entries e
+    WHERE e.account_id = live_grants.account_id AND e.kind = 'grant'
+        AND e.grant_id = live_grants.grant_id), 0);
+ALTER TABLE entries ADD COLUMN rank INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE entries ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;
+UPDATE entries SET rank = CASE kind
+    WHEN 'expiration' THEN -9007199254740992 + json_extract(details, '$.grant_id')
+    ELSE sequence END;
+CREATE INDEX entries_by_position ON entries (account_id, timestamp, rank);
+CREATE TABLE checkpoints (
+    account_id TEXT NOT NULL,
+    timestamp INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    PRIMARY KEY (account_id, timestamp, rank)
+) WITHOUT ROWID;
+""",
+    ),
 )
 _CREATE_MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -173,24 +210,41 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 """
 
 _UPSERT_ACCOUNT = f"""
-INSERT INTO accounts ({columns(ACCOUNT_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)
+INSERT INTO accounts ({columns(ACCOUNT_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (account_id) DO UPDATE SET
     clock = excluded.clock, debt = excluded.debt,
     next_grant_id = excluded.next_grant_id, next_sequence = excluded.next_sequence,
-    debts = excluded.debts
+    debts = excluded.debts, watermark = excluded.watermark,
+    lateness_window = excluded.lateness_window,
+    folded_since_checkpoint = excluded.folded_since_checkpoint
 """
 _UPSERT_LIVE_GRANT = f"""
-INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES (?, ?, ?, ?, ?)
+INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (account_id, grant_id) DO UPDATE SET remaining = excluded.remaining
 """
 _DELETE_LIVE_GRANT = "DELETE FROM live_grants WHERE account_id = ? AND grant_id = ?"
-_INSERT_ENTRY = f"INSERT INTO entries ({columns(ENTRY_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+# Over any entry of its sequence: a late write restates entries after it (SPEC section 6).
+_UPSERT_ENTRY = f"""
+INSERT INTO entries ({columns(ENTRY_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (account_id, sequence) DO UPDATE SET
+    kind = excluded.kind, timestamp = excluded.timestamp, available = excluded.available,
+    debt = excluded.debt, grant_id = excluded.grant_id, details = excluded.details,
+    rank = excluded.rank, revision = excluded.revision
+"""
+_DELETE_ENTRY = "DELETE FROM entries WHERE account_id = ? AND sequence = ?"
+_INSERT_ENTRY = (
+    f"INSERT INTO entries ({columns(ENTRY_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_CHECKPOINT = (
+    f"INSERT OR REPLACE INTO checkpoints ({columns(CHECKPOINT_COLUMNS)}) VALUES (?, ?, ?, ?)"
+)
 # OR REPLACE: the ledger forgets an expired key before the hourly sweep deletes its row, and
 # a new request may reuse the key meanwhile.
 _INSERT_IDEMPOTENCY = (
     f"INSERT OR REPLACE INTO idempotency ({columns(IDEMPOTENCY_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)"
 )
-_ENTRY_FIELDS = "sequence, kind, timestamp, available, debt, details"
+_ENTRY_FIELDS = "sequence, kind, timestamp, available, debt, details, revision"
+_ACCOUNT_FIELDS = columns(ACCOUNT_COLUMNS)
 # Accounts in byte order of their id, after a cursor and within a prefix's range: a range of
 # the primary key (``accounts`` is WITHOUT ROWID, clustered on ``account_id``, whose BINARY
 # collation is byte order), read in order, so no sort and at most LIMIT rows.
@@ -214,6 +268,78 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 def _entry_from_row(row: tuple[Any, ...]) -> Entry:
     return rows.entry_of(*row)
+
+
+# Entries after a position, in effective order: a range of the ``entries_by_position`` index.
+_ENTRIES_AFTER = (
+    f"SELECT {_ENTRY_FIELDS} FROM entries WHERE account_id = ? AND (timestamp, rank) > (?, ?) "
+    "ORDER BY timestamp, rank LIMIT ?"
+)
+_WRITES_AFTER = (
+    f"SELECT {_ENTRY_FIELDS} FROM entries WHERE account_id = ? AND (timestamp, rank) > (?, ?) "
+    "AND timestamp <= ? AND kind != 'expiration' ORDER BY timestamp, rank LIMIT ?"
+)
+_BEFORE_EVERY_POSITION: Final[Position] = (-1, 0)
+# Writes one account can need replayed on load: its provisional writes and the final ones
+# since its latest checkpoint, with room to spare (a bound, not an expected size).
+_MAX_REPLAYED_WRITES: Final = 1_000_000
+
+
+def _read_writes(
+    conn: sqlite3.Connection | None,
+    account_id: str,
+    after: Position | None,
+    until_timestamp: int,
+    limit: int,
+) -> list[WriteEntry]:
+    assert conn is not None, "store is not open"
+    start = after if after is not None else _BEFORE_EVERY_POSITION
+    found = conn.execute(_WRITES_AFTER, (account_id, *start, until_timestamp, limit)).fetchall()
+    writes: list[WriteEntry] = []
+    for row in found:
+        entry = _entry_from_row(row)
+        assert not isinstance(entry, ExpirationEntry)
+        writes.append(entry)
+    return writes
+
+
+def _read_checkpoint(
+    conn: sqlite3.Connection | None, account_id: str, timestamp: int
+) -> Checkpoint | None:
+    assert conn is not None, "store is not open"
+    row = conn.execute(
+        "SELECT timestamp, rank, state FROM checkpoints WHERE account_id = ? AND timestamp <= ? "
+        "ORDER BY timestamp DESC, rank DESC LIMIT 1",
+        (account_id, timestamp),
+    ).fetchone()
+    return None if row is None else rows.checkpoint_of(*row)
+
+
+def _loaded_account(
+    conn: sqlite3.Connection, row: AccountRow, live_grants: tuple[LiveGrant, ...]
+) -> LoadedAccount:
+    """An account as the service rebuilds it. With provisional writes (watermark < clock),
+    also what replaying them needs: the latest checkpoint at or before the watermark, every
+    write after it and every entry after the watermark. Their number is bounded (at most
+    10,000 provisional writes per account, and a checkpoint every few hundred final ones)."""
+    state = TrackerState(row.clock, row.debt, row.next_grant_id, live_grants, row.debts)
+    loaded = LoadedAccount(
+        state, row.next_sequence, row.watermark, row.lateness_window, row.folded_since_checkpoint
+    )
+    if row.watermark < row.clock:
+        checkpoint = _read_checkpoint(conn, row.account_id, row.watermark)
+        after = None if checkpoint is None else checkpoint.position
+        loaded.checkpoint = checkpoint
+        loaded.writes_since_checkpoint = tuple(
+            _read_writes(conn, row.account_id, after, row.clock, _MAX_REPLAYED_WRITES)
+        )
+        loaded.provisional_entries = tuple(
+            _entry_from_row(r)
+            for r in conn.execute(
+                _ENTRIES_AFTER, (row.account_id, row.watermark, 2**63 - 1, _MAX_REPLAYED_WRITES)
+            )
+        )
+    return loaded
 
 
 def _statements(sql: str) -> list[str]:
@@ -327,8 +453,8 @@ class SqliteStore:
         live_grants: dict[str, list[LiveGrant]] = {}
         # Accounts share their class lists: one tuple per distinct list, not one per grant.
         shared: dict[str, tuple[str, ...]] = {}
-        for account_id, grant_id, expiry, remaining, resources in conn.execute(
-            "SELECT account_id, grant_id, expiry, remaining, resources FROM live_grants"
+        for account_id, grant_id, expiry, remaining, resources, granted_at in conn.execute(
+            "SELECT account_id, grant_id, expiry, remaining, resources, granted_at FROM live_grants"
         ):
             classes = None
             if resources is not None:
@@ -336,19 +462,12 @@ class SqliteStore:
                 if classes is None:
                     classes = shared[resources] = tuple(json.loads(resources))
             live_grants.setdefault(account_id, []).append(
-                LiveGrant(grant_id, expiry, remaining, classes)
+                LiveGrant(grant_id, expiry, remaining, classes, granted_at)
             )
-        for account_id, clock, debt, next_grant_id, next_sequence, debts in conn.execute(
-            "SELECT account_id, clock, debt, next_grant_id, next_sequence, debts FROM accounts"
-        ):
-            tracker_state = TrackerState(
-                clock,
-                debt,
-                next_grant_id,
-                tuple(live_grants.pop(account_id, ())),
-                rows.debts_of(debts),
-            )
-            state.accounts[account_id] = LoadedAccount(tracker_state, next_sequence)
+        for values in conn.execute(f"SELECT {_ACCOUNT_FIELDS} FROM accounts").fetchall():
+            row = rows.account_row(*values)
+            account_live = tuple(live_grants.pop(row.account_id, ()))
+            state.accounts[row.account_id] = _loaded_account(conn, row, account_live)
         if live_grants:
             raise StorageError(f"live grants without an account row: {sorted(live_grants)[:5]}")
         # Bodies stay on disk (read back on a replay): startup time and memory then grow
@@ -584,6 +703,12 @@ class SqliteStore:
                 conn.executemany(_INSERT_IDEMPOTENCY, group.idempotency)
             if group.entries:
                 conn.executemany(_INSERT_ENTRY, group.entries)
+            if group.restated_entries:
+                conn.executemany(_UPSERT_ENTRY, group.restated_entries)
+            if group.entry_deletes:
+                conn.executemany(_DELETE_ENTRY, group.entry_deletes)
+            if group.checkpoints:
+                conn.executemany(_INSERT_CHECKPOINT, group.checkpoints)
             if group.live_grant_upserts:
                 conn.executemany(_UPSERT_LIVE_GRANT, group.live_grant_upserts)
             if group.live_grant_deletes:
@@ -603,21 +728,49 @@ class SqliteStore:
 
     # -- reads ---------------------------------------------------------------------------
 
-    async def read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
+    async def read_entries(
+        self, account_id: str, after: Position | None, limit: int
+    ) -> list[Entry]:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._reader, self._read_entries, account_id, after_sequence, limit
+            self._reader, self._read_entries, account_id, after, limit
         )
 
-    def _read_entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
+    def _read_entries(self, account_id: str, after: Position | None, limit: int) -> list[Entry]:
         conn = self._read_conn
         assert conn is not None, "store is not open"
-        found = conn.execute(
-            f"SELECT {_ENTRY_FIELDS} FROM entries "
-            "WHERE account_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
-            (account_id, after_sequence, limit),
-        ).fetchall()
+        start = after if after is not None else _BEFORE_EVERY_POSITION
+        found = conn.execute(_ENTRIES_AFTER, (account_id, *start, limit)).fetchall()
         return [_entry_from_row(r) for r in found]
+
+    async def read_entry_position(self, account_id: str, sequence: int) -> Position | None:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._reader, self._read_entry_position, account_id, sequence
+        )
+
+    def _read_entry_position(self, account_id: str, sequence: int) -> Position | None:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        row = conn.execute(
+            "SELECT timestamp, rank FROM entries WHERE account_id = ? AND sequence = ?",
+            (account_id, sequence),
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    async def read_writes(
+        self, account_id: str, after: Position | None, until_timestamp: int, limit: int
+    ) -> list[WriteEntry]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._reader, _read_writes, self._read_conn, account_id, after, until_timestamp, limit
+        )
+
+    async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._reader, _read_checkpoint, self._read_conn, account_id, timestamp
+        )
 
     async def read_grant_entries(
         self, account_id: str, grant_ids: Sequence[int]
@@ -679,29 +832,16 @@ class SqliteStore:
         return await loop.run_in_executor(self._reader, self._read_totals_at, account_id, timestamp)
 
     def _read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:
-        """Binary search over ``sequence`` on the primary key: timestamps do not decrease with
-        sequence, so O(log n) point reads find the last entry at or before ``timestamp`` with
-        no extra index to maintain on every write."""
+        """The last entry in effective order at or before ``timestamp``: one descent of the
+        ``entries_by_position`` index."""
         conn = self._read_conn
         assert conn is not None, "store is not open"
         row = conn.execute(
-            "SELECT max(sequence) FROM entries WHERE account_id = ?", (account_id,)
+            "SELECT available, debt FROM entries WHERE account_id = ? AND timestamp <= ? "
+            "ORDER BY timestamp DESC, rank DESC LIMIT 1",
+            (account_id, timestamp),
         ).fetchone()
-        low, high = 0, int(row[0] or 0)  # invariant: entry low is at or before, high+1 after
-        found: tuple[int, int] = (0, 0)
-        while low < high:
-            mid = (low + high + 1) // 2
-            entry = conn.execute(
-                "SELECT timestamp, available, debt FROM entries "
-                "WHERE account_id = ? AND sequence = ?",
-                (account_id, mid),
-            ).fetchone()
-            assert entry is not None, "ledger entries are contiguous"
-            if entry[0] <= timestamp:
-                low, found = mid, (entry[1], entry[2])
-            else:
-                high = mid - 1
-        return found
+        return (0, 0) if row is None else (row[0], row[1])
 
     async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
         loop = asyncio.get_running_loop()
@@ -713,10 +853,7 @@ class SqliteStore:
         found = conn.execute(
             ACCOUNTS_RANGE, (after, prefix, prefix + ACCOUNT_ID_END, limit)
         ).fetchall()
-        return [
-            AccountRow(account_id, clock, debt, next_grant_id, next_sequence, rows.debts_of(debts))
-            for account_id, clock, debt, next_grant_id, next_sequence, debts in found
-        ]
+        return [rows.account_row(*values) for values in found]
 
     async def read_idempotency_body(self, scope: str, key: str) -> bytes | None:
         loop = asyncio.get_running_loop()
@@ -753,28 +890,24 @@ class SqliteStore:
     def _read_account_state(self, account_id: str) -> LoadedAccount | None:
         conn = self._read_conn
         assert conn is not None, "store is not open"
-        conn.execute("BEGIN")  # one snapshot for both statements
+        conn.execute("BEGIN")  # one snapshot for every statement
         try:
-            row = conn.execute(
-                "SELECT clock, debt, next_grant_id, next_sequence, debts FROM accounts "
-                "WHERE account_id = ?",
-                (account_id,),
+            values = conn.execute(
+                f"SELECT {_ACCOUNT_FIELDS} FROM accounts WHERE account_id = ?", (account_id,)
             ).fetchone()
+            if values is None:
+                return None
             live_grants = tuple(
-                LiveGrant(grant_id, expiry, remaining, rows.classes_of(resources))
-                for grant_id, expiry, remaining, resources in conn.execute(
-                    "SELECT grant_id, expiry, remaining, resources FROM live_grants "
+                LiveGrant(grant_id, expiry, remaining, rows.classes_of(resources), granted_at)
+                for grant_id, expiry, remaining, resources, granted_at in conn.execute(
+                    "SELECT grant_id, expiry, remaining, resources, granted_at FROM live_grants "
                     "WHERE account_id = ? ORDER BY grant_id",
                     (account_id,),
                 )
             )
+            return _loaded_account(conn, rows.account_row(*values), live_grants)
         finally:
             conn.execute("COMMIT")
-        if row is None:
-            return None
-        clock, debt, next_grant_id, next_sequence, debts = row
-        tracker_state = TrackerState(clock, debt, next_grant_id, live_grants, rows.debts_of(debts))
-        return LoadedAccount(tracker_state, next_sequence)
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         loop = asyncio.get_running_loop()
