@@ -279,7 +279,7 @@ def test_keys_create_rejects_an_unknown_scope(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     create_key(data_dir, "ok", "credits:read")
     before = keys_path(data_dir).read_bytes()
-    done = run_cli(data_dir, "keys", "create", "--name", "x", "--scope", "credits:admin")
+    done = run_cli(data_dir, "keys", "create", "--name", "x", "--scope", "credits:owner")
     assert done.returncode != 0
     assert not done.stdout.strip()
     assert keys_path(data_dir).read_bytes() == before
