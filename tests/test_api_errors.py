@@ -55,6 +55,7 @@ async def test_timestamp_regression_is_409_and_changes_nothing(
         assert r.headers["content-type"] == PROBLEM_JSON
         assert problem["type"].endswith("timestamp-regression")
         assert problem["account_timestamp"] == 1234
+        assert problem["watermark"] == 1234  # a lateness window of 0: the clock
         assert "1234" in problem["detail"]
         assert await snapshot(client) == before
 

@@ -131,7 +131,14 @@ def describe(exc: Exception) -> Described:
     exception handlers and by batch results alike."""
     detail = str(exc)
     if isinstance(exc, TimestampRegression):
-        return Described(TIMESTAMP_REGRESSION, detail, {"account_timestamp": exc.account_timestamp})
+        # SPEC sections 3 and 6: the account's clock, and the watermark writes must reach
+        # (the clock itself with a lateness window of 0).
+        watermark = getattr(exc, "watermark", exc.account_timestamp)
+        return Described(
+            TIMESTAMP_REGRESSION,
+            detail,
+            {"account_timestamp": exc.account_timestamp, "watermark": watermark},
+        )
     if isinstance(exc, TotalOverflow):
         return Described(TOTAL_OVERFLOW, detail, {})
     if isinstance(exc, LiveGrantLimit):

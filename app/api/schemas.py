@@ -547,6 +547,13 @@ class Problem(BaseModel):
     account_timestamp: int | None = Field(
         None, description="For a timestamp regression: the account's latest timestamp."
     )
+    watermark: int | None = Field(
+        None,
+        description=(
+            "For a timestamp regression: the account's watermark; a write must have a "
+            "timestamp at or after it (SPEC section 6)."
+        ),
+    )
     limit: int | None = Field(None, description="For a limit reached: the limit.")
     voided_at: int | None = Field(
         None, description="For a grant already voided: when it was voided."
