@@ -258,6 +258,16 @@ class StorageContract(Generic[S]):
         assert loaded.checkpoint == checkpoint
         assert loaded.writes_since_checkpoint == (g2, c1_now)
         assert loaded.provisional_entries == (g2, c1_now)
+        # A restated grant keeps its label: only its effect is written over.
+        restated = replace(g2, available=95, revision=1)
+        await self.write(store, [Change(row(20, 0, 3, 4), restated=[restated])])
+        assert await store.read_grant_entry("late", 2) == restated
+        named = replace(g2, name="pool", metadata={"k": "v"})
+        await self.write(store, [Change(row(20, 0, 3, 4), restated=[named])])
+        await self.write(store, [Change(row(20, 0, 3, 4), restated=[restated])])
+        labelled = replace(restated, name="pool", metadata={"k": "v"})
+        assert await store.read_grant_entry("late", 2) == labelled
+        assert await store.read_entries("late", (10, 1), 1) == [labelled]
 
     async def test_an_undone_entry_is_gone(self, store: S) -> None:
         await self.write_all(store)

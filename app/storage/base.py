@@ -203,8 +203,10 @@ class LoadedAccount:
     lateness_window: int | None = None
     folded_since_checkpoint: int = 0
     # Only when watermark < clock (provisional writes exist): the latest checkpoint at or
-    # before the watermark (None: the account's beginning) and every write entry after it,
-    # and every entry after the watermark (with its revision), all in effective order.
+    # before the watermark (None: the account's beginning) and every write entry after it;
+    # and every entry after the final state's clock (the timestamp of the last write at or
+    # before the watermark: what the provisional writes made), with its revision. All in
+    # effective order.
     checkpoint: Checkpoint | None = None
     writes_since_checkpoint: tuple[WriteEntry, ...] = ()
     provisional_entries: tuple[Entry, ...] = ()
@@ -497,3 +499,14 @@ async def read_entries_after_sequence(
         if after is None:
             return []
     return await store.read_entries(account_id, after, limit)
+
+
+def final_clock(checkpoint: Checkpoint | None, writes: Sequence[WriteEntry], watermark: int) -> int:
+    """The clock of an account's final state: the timestamp of its last write at or before
+    the watermark, from its latest checkpoint and the writes after it (effective order)."""
+    clock = 0 if checkpoint is None else checkpoint.position[0]
+    for w in writes:
+        if w.timestamp > watermark:
+            break
+        clock = w.timestamp
+    return clock

@@ -39,6 +39,7 @@ from app.storage.base import (
     StorageError,
     VoidEntry,
     WriteEntry,
+    final_clock,
     position_of,
 )
 
@@ -122,6 +123,14 @@ class MemoryStore:
         for sequence in change.removed_sequences:
             ledger.remove(sequence)
         for entry in (*change.entries, *change.restated):
+            stored = ledger.by_sequence.get(entry.sequence)
+            if isinstance(stored, GrantEntry) and isinstance(entry, GrantEntry):
+                # As the databases' merge: members a restatement leaves out (a label) stay.
+                entry = dataclasses.replace(
+                    entry,
+                    name=stored.name if entry.name is None else entry.name,
+                    metadata=stored.metadata if entry.metadata is None else entry.metadata,
+                )
             ledger.put(entry)
             if isinstance(entry, GrantEntry):
                 self._grant_entries[(account_id, entry.grant_id)] = entry
@@ -129,10 +138,10 @@ class MemoryStore:
                 self._void_entries[(account_id, entry.grant_id)] = entry
         live_grants = self._live_grants.setdefault(account_id, {})
         for live in change.upserted_live_grants:
-            old = live_grants.get(live.grant_id)
+            kept = live_grants.get(live.grant_id)
             # As the databases' upsert: a live grant's row changes only its remaining credits.
             live_grants[live.grant_id] = (
-                live if old is None else dataclasses.replace(old, remaining=live.remaining)
+                live if kept is None else dataclasses.replace(kept, remaining=live.remaining)
             )
         for grant_id in change.removed_grant_ids:
             live_grants.pop(grant_id, None)
@@ -214,7 +223,8 @@ class MemoryStore:
             after = None if checkpoint is None else checkpoint.position
             size = len(ledger.order)
             loaded.writes_since_checkpoint = tuple(ledger.writes(after, row.clock, size))
-            loaded.provisional_entries = tuple(ledger.after((row.watermark, 2**63 - 1), size))
+            start = final_clock(checkpoint, loaded.writes_since_checkpoint, row.watermark)
+            loaded.provisional_entries = tuple(ledger.after((start, 2**63 - 1), size))
         return loaded
 
     async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:

@@ -51,6 +51,7 @@ from app.storage.base import (
     StorageError,
     VoidEntry,
     WriteEntry,
+    final_clock,
 )
 from app.storage.base import AccountState as AccountState  # where app.adapters.postgres finds it
 from app.storage.migrations import Migration
@@ -297,7 +298,9 @@ _UPSERT_ENTRY = (
     "VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10) "
     "ON CONFLICT (account_id, sequence) DO UPDATE SET kind = excluded.kind, "
     "timestamp = excluded.timestamp, available = excluded.available, debt = excluded.debt, "
-    "grant_id = excluded.grant_id, details = excluded.details, rank = excluded.rank, "
+    # A merge: what a restatement changes (the effect), over what it keeps (a grant's label).
+    "grant_id = excluded.grant_id, details = entries.details || excluded.details, "
+    "rank = excluded.rank, "
     "revision = excluded.revision"
 )
 _DELETE_ENTRY = "DELETE FROM entries WHERE account_id = $1 AND sequence = $2"
@@ -792,9 +795,8 @@ async def _event_time(conn: Connection, state: AccountState) -> EventTime:
     checkpoint = await _read_checkpoint(conn, account_id, state.watermark)
     after = None if checkpoint is None else checkpoint.position
     writes = await _read_writes(conn, account_id, after, state.clock, _MAX_REPLAYED_WRITES)
-    found = await conn.fetch(
-        _ENTRIES_AFTER, account_id, state.watermark, 2**63 - 1, _MAX_REPLAYED_WRITES
-    )
+    start = final_clock(checkpoint, writes, state.watermark)
+    found = await conn.fetch(_ENTRIES_AFTER, account_id, start, 2**63 - 1, _MAX_REPLAYED_WRITES)
     return EventTime(checkpoint, tuple(writes), tuple(_entry(r) for r in found))
 
 

@@ -69,6 +69,7 @@ from app.storage.base import (
     StorageError,
     VoidEntry,
     WriteEntry,
+    final_clock,
 )
 from app.storage.migrations import Migration
 from app.storage.rows import (
@@ -228,7 +229,9 @@ _UPSERT_ENTRY = f"""
 INSERT INTO entries ({columns(ENTRY_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (account_id, sequence) DO UPDATE SET
     kind = excluded.kind, timestamp = excluded.timestamp, available = excluded.available,
-    debt = excluded.debt, grant_id = excluded.grant_id, details = excluded.details,
+    debt = excluded.debt, grant_id = excluded.grant_id,
+    -- A merge: what a restatement changes (the effect), over what it keeps (a grant's label).
+    details = json_patch(entries.details, excluded.details),
     rank = excluded.rank, revision = excluded.revision
 """
 _DELETE_ENTRY = "DELETE FROM entries WHERE account_id = ? AND sequence = ?"
@@ -333,10 +336,11 @@ def _loaded_account(
         loaded.writes_since_checkpoint = tuple(
             _read_writes(conn, row.account_id, after, row.clock, _MAX_REPLAYED_WRITES)
         )
+        start = final_clock(checkpoint, loaded.writes_since_checkpoint, row.watermark)
         loaded.provisional_entries = tuple(
             _entry_from_row(r)
             for r in conn.execute(
-                _ENTRIES_AFTER, (row.account_id, row.watermark, 2**63 - 1, _MAX_REPLAYED_WRITES)
+                _ENTRIES_AFTER, (row.account_id, start, 2**63 - 1, _MAX_REPLAYED_WRITES)
             )
         )
     return loaded
