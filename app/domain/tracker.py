@@ -6,11 +6,15 @@ sections 1 and 5 (and the core part of section 7, voiding a grant) live here and
 
 Design (TIGER_STYLE: limits on everything, assertions on invariants, units in names):
 
-- A live grant is a list ``[expiry, width, grant_id, remaining]``, plus its class set (a
-  sorted tuple) as a fifth item when it is scoped to GPU classes. ``width`` is the number of
-  classes (unrestricted: 17, wider than any list), so entries compare in SPEC section 5's
-  order: earliest expiry, then the narrower class set, then grant order; ``grant_id`` is
-  unique, so the mutable ``remaining`` is never compared.
+- A live grant is a list ``[expiry, width, granted_at, grant_id, remaining]``, plus its class
+  set (a sorted tuple) as a sixth item when it is scoped to GPU classes. ``width`` is the
+  number of classes (unrestricted: 17, wider than any list), so entries compare in SPEC
+  section 5's order: earliest expiry, then the narrower class set, then grant order, which
+  SPEC section 6 makes effective order: (``granted_at``, the grant's timestamp, then
+  ``grant_id``, its arrival). Written in order, ids follow timestamps and this is grant_id
+  order; a replay that gives a late grant the id it got at arrival (``apply_grant``'s
+  ``grant_id``) keeps it ahead of earlier-arriving grants with later timestamps. ``grant_id``
+  is unique, so the mutable ``remaining`` is never compared.
 - Unrestricted grants sit in one binary min-heap, ``_heap``. A scoped grant's entry sits in
   one heap per class it lists (``_Scopes.class_heaps``: the same list object in each). A
   consumption of class X compares two tops, the unrestricted heap's and X's, and draws from
@@ -52,7 +56,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 _heappush = heapq.heappush  # module globals: one lookup fewer on the hot path
@@ -184,13 +188,26 @@ class Allocation:
 @dataclass(frozen=True, slots=True)
 class LiveGrant:
     """A live grant as seen from outside: the rest of one grant, with its expiry and the
-    classes it is valid on (``None``: unrestricted; otherwise sorted, distinct)."""
+    classes it is valid on (``None``: unrestricted; otherwise sorted, distinct).
+
+    ``granted_at`` is the grant's timestamp: grants tie at equal expiry and width in
+    effective order (SPEC section 6), that is (``granted_at``, ``grant_id``), so a late grant
+    is drawn before an earlier-arriving grant with a later timestamp. 0, the default, means
+    "granted before any grant that carries a real timestamp": a state written before the
+    field existed (every write in order, so ``grant_id`` order is timestamp order) keeps its
+    order, grant_id order, as every grant granted since sorts after it or by id at 0.
+
+    ``granted_at`` takes no part in ``==`` (nor in the hash): it is a function of the grant
+    (one grant, one timestamp), so two correct records of one grant's remainder agree on it
+    anyway, and records written without it (before the field, or by callers that do not
+    track it) still compare equal to the tracker's. Code that must see it (persistence
+    round trips, the timeline's pair assertions) compares it explicitly."""
 
     grant_id: int
     expiry: int
     remaining: int
     resources: tuple[str, ...] | None = None
-    granted_at: int = 0  # the grant's timestamp (0: granted before any grant that has one)
+    granted_at: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,8 +273,9 @@ class TrackerState:
 
 # -- internal structures ---------------------------------------------------------------
 
-# A live grant: [expiry, width, grant_id, remaining], + [class set] for a scoped one (Any:
-# the class set is a tuple among ints).
+# A live grant: [expiry, width, granted_at, grant_id, remaining], + [class set] for a scoped
+# one (Any: the class set is a tuple among ints). Entries compare in consumption order, and
+# (granted_at, grant_id) is effective order among grants of equal expiry and width.
 _Entry = list[Any]
 _Key = tuple[str, ...] | None  # a normalised class set; None: unrestricted
 # Live grants evicted by one call: (entry, its remaining then, its class set).
@@ -305,11 +323,11 @@ class _Scopes:
 
     def add(self, entry: _Entry) -> None:
         """A live scoped grant: into the heap of every class it lists."""
-        credits = entry[3]
+        credits = entry[4]
         self.available += credits
         self.live += 1
         heaps = self.class_heaps
-        for resource in entry[4]:
+        for resource in entry[5]:
             heap = heaps.get(resource)
             if heap is None:
                 self.open(resource, entry)
@@ -321,20 +339,20 @@ class _Scopes:
         """The heap of a class no live grant listed, with its first entry."""
         self.class_heaps[resource] = [entry]
         self.class_dead[resource] = 0
-        self.class_available[resource] = entry[3]
+        self.class_available[resource] = entry[4]
         self.ref(resource)
 
     def kill(self, entry: _Entry) -> None:
         """The rest of a scoped grant goes (used up, expired or voided): its entry is dead in
         every heap it is in. The caller pops it from one (``class_dead`` down by one there)
         and tidies the heaps of its classes."""
-        credits = entry[3]
-        entry[3] = 0
+        credits = entry[4]
+        entry[4] = 0
         self.available -= credits
         self.live -= 1
         class_available = self.class_available
         class_dead = self.class_dead
-        for resource in entry[4]:
+        for resource in entry[5]:
             class_available[resource] -= credits
             class_dead[resource] += 1
 
@@ -352,11 +370,11 @@ class _Scopes:
             self.unref(resource)
             return
         dead = self.class_dead[resource]
-        while not heap[0][3]:  # a live entry is left, so the heap does not run empty
+        while not heap[0][4]:  # a live entry is left, so the heap does not run empty
             _heappop(heap)
             dead -= 1
         if dead > _DEAD_SLACK and 2 * dead > len(heap):  # more dead entries than live ones
-            heap[:] = [e for e in heap if e[3]]  # same list object: callers may hold it
+            heap[:] = [e for e in heap if e[4]]  # same list object: callers may hold it
             heapq.heapify(heap)
             dead = 0
         self.class_dead[resource] = dead
@@ -364,8 +382,8 @@ class _Scopes:
     def entries(self, resource: str | None) -> list[_Entry]:
         """The live scoped entries listing ``resource``, or all of them (each once)."""
         if resource is not None:
-            return [e for e in self.class_heaps.get(resource, ()) if e[3]]
-        return [e for c, heap in self.class_heaps.items() for e in heap if e[3] and e[4][0] == c]
+            return [e for e in self.class_heaps.get(resource, ()) if e[4]]
+        return [e for c, heap in self.class_heaps.items() for e in heap if e[4] and e[5][0] == c]
 
 
 class _DebtItem:
@@ -548,11 +566,11 @@ def _check_key(field: str, resources: object) -> _Key:
 def _expirations(popped: _Popped) -> tuple[Expiration, ...]:
     if not popped:
         return _NO_EXPIRATIONS
-    return tuple(Expiration(e[2], e[0], credits, key) for e, credits, key in popped)
+    return tuple(Expiration(e[3], e[0], credits, key) for e, credits, key in popped)
 
 
 def _expiry_and_grant(popped: tuple[_Entry, int, _Key]) -> tuple[int, int]:
-    return popped[0][0], popped[0][2]
+    return popped[0][0], popped[0][3]
 
 
 def _expiring(heap: list[_Entry], timestamp: int, owner: str | None = None) -> int:
@@ -566,8 +584,8 @@ def _expiring(heap: list[_Entry], timestamp: int, owner: str | None = None) -> i
     while stack:
         index = stack.pop()
         entry = heap[index]
-        if owner is None or entry[4][0] == owner:
-            expiring += entry[3]  # 0 for a dead entry
+        if owner is None or entry[5][0] == owner:
+            expiring += entry[4]  # 0 for a dead entry
         for child in (2 * index + 1, 2 * index + 2):
             if child < size and heap[child][0] <= timestamp:
                 stack.append(child)
@@ -576,12 +594,16 @@ def _expiring(heap: list[_Entry], timestamp: int, owner: str | None = None) -> i
 
 def _purge(heap: list[_Entry]) -> None:
     """Pop the voided grants' dead entries off the top: tops are always live."""
-    while heap and not heap[0][3]:
+    while heap and not heap[0][4]:
         _heappop(heap)
 
 
+def _grant_id_of(live: LiveGrant) -> int:
+    return live.grant_id
+
+
 def _live_grant(entry: _Entry) -> LiveGrant:
-    return LiveGrant(entry[2], entry[0], entry[3], entry[4] if len(entry) == 5 else None)
+    return LiveGrant(entry[3], entry[0], entry[4], entry[5] if len(entry) == 6 else None, entry[2])
 
 
 class GPUCreditTracker:
@@ -607,6 +629,7 @@ class GPUCreditTracker:
         "_next_expiry",
         "_next_grant_id",
         "_queue",
+        "_reordered",
         "_scopes",
     )
 
@@ -626,6 +649,10 @@ class GPUCreditTracker:
         self._scopes: _Scopes | None = None  # created by the first class named
         self._queue: _DebtQueue | None = None  # None: no debt, or all of it of no class
         self._index: dict[int, _Entry] | None = None  # grant_id -> entry, from the first void
+        # Whether some grant got an id below a grant with a later timestamp (a replay in
+        # effective order, see ``apply_grant``): grant ids then no longer follow heap order
+        # among equal expiries, and what expires together is sorted by grant id.
+        self._reordered = False
 
     # -- the interface of SPEC sections 2 and 5 -------------------------------------------
     # These three are the hot path: they share the lean ``_grant``/``_consume``/``_advance``
@@ -637,7 +664,7 @@ class GPUCreditTracker:
         """Grant ``amount`` valid from ``timestamp`` until ``expiry`` (exclusive), on the
         classes ``resources`` lists (None: unrestricted). It first settles the debt it could
         have paid, in the order incurred, and keeps the rest."""
-        self._grant(amount, timestamp, expiry, resources, None)
+        self._grant(amount, timestamp, expiry, resources, None, None)
 
     def consume(self, amount: int, timestamp: int, resource: str | None = None) -> int:
         """Consume ``amount`` at ``timestamp`` on class ``resource`` (None: no class, which
@@ -732,12 +759,20 @@ class GPUCreditTracker:
         live_room: int | None = None,
         *,
         resources: ClassList | None = None,
+        grant_id: int | None = None,
     ) -> GrantResult:
         """``live_room``: how many more live grants than this tracker holds now the caller
         allows (its own limits across accounts); the live grants this grant expires free room.
-        A grant that would keep a live grant without room raises ``NoLiveRoom``."""
+        A grant that would keep a live grant without room raises ``NoLiveRoom``.
+
+        ``grant_id``: the id to give the grant instead of the next one, for a replay in
+        effective order that must keep the ids grants got when they arrived (SPEC section 6).
+        It must be at least 1 and not the id of a live grant; ``next_grant_id`` becomes at
+        least ``grant_id + 1``. An id below ``next_grant_id`` means ids no longer follow
+        timestamps: the tracker then keeps the void index (O(n) once, see the module
+        docstring) to check the id, and sorts what expires together by grant id."""
         grant_id, settled, parts, key, popped = self._grant(
-            amount, timestamp, expiry, resources, live_room
+            amount, timestamp, expiry, resources, live_room, grant_id
         )
         return GrantResult(
             grant_id,
@@ -798,15 +833,15 @@ class GPUCreditTracker:
         entry = index.pop(grant_id, None)
         removed = 0
         if entry is not None:
-            removed = entry[3]
-            if len(entry) == 4:
-                entry[3] = 0  # dead until it reaches the top
+            removed = entry[4]
+            if len(entry) == 5:
+                entry[4] = 0  # dead until it reaches the top
                 _purge(self._heap)
             else:
                 scopes = self._scopes
                 assert scopes is not None
                 scopes.kill(entry)
-                for resource in entry[4]:
+                for resource in entry[5]:
                     scopes.tidy(resource)
             self._available -= removed
         return VoidResult(grant_id, removed, self._available, self._debt, _expirations(popped))
@@ -843,7 +878,7 @@ class GPUCreditTracker:
         ``resource`` could draw (in the order it would)."""
         if resource is not None:
             self._check_resource(resource)
-        entries = [e for e in self._heap if e[3]]
+        entries = [e for e in self._heap if e[4]]
         if self._scopes is not None:
             entries.extend(self._scopes.entries(resource))
         entries.sort()  # entries compare in consumption order
@@ -855,12 +890,13 @@ class GPUCreditTracker:
             max_live_grants=self._max_live_grants, max_classes=self._max_classes
         )
         # Entries are mutable: copy each; dead ones are left behind (the copy has no index).
-        twin._heap = [e[:] for e in self._heap if e[3]]
+        twin._heap = [e[:] for e in self._heap if e[4]]
         heapq.heapify(twin._heap)
         twin._available = self._available
         twin._clock = self._clock
         twin._next_grant_id = self._next_grant_id
         twin._next_expiry = self._next_expiry
+        twin._reordered = self._reordered
         if self._scopes is not None:
             scopes = twin._scopes = _Scopes()
             for entry in self._scopes.entries(None):
@@ -906,12 +942,15 @@ class GPUCreditTracker:
             if live.grant_id in seen:
                 raise InvalidInput("grant_id", f"duplicate live grant {live.grant_id}")
             seen.add(live.grant_id)
+            granted_at = _check_int("granted_at", live.granted_at, 0, clock)
             if key is None:
                 tracker._heap.append(
-                    [live.expiry, _UNRESTRICTED_WIDTH, live.grant_id, live.remaining]
+                    [live.expiry, _UNRESTRICTED_WIDTH, granted_at, live.grant_id, live.remaining]
                 )
             else:
-                tracker._scoped().add([live.expiry, len(key), live.grant_id, live.remaining, key])
+                tracker._scoped().add(
+                    [live.expiry, len(key), granted_at, live.grant_id, live.remaining, key]
+                )
             tracker._available += live.remaining
             if live.expiry < tracker._next_expiry:
                 tracker._next_expiry = live.expiry
@@ -943,6 +982,8 @@ class GPUCreditTracker:
                 raise InvalidInput("debt", f"debt {what} and credits that could pay it coexist")
         tracker._clock = clock
         tracker._next_grant_id = next_grant_id
+        by_id = sorted(state.live_grants, key=_grant_id_of)
+        tracker._reordered = any(a.granted_at > b.granted_at for a, b in itertools.pairwise(by_id))
         return tracker
 
     def check_invariants(self) -> None:
@@ -952,11 +993,11 @@ class GPUCreditTracker:
         queue = self._queue
         heap = self._heap
         assert all(heap[(i - 1) // 2] <= heap[i] for i in range(1, len(heap))), "not a heap"
-        assert not heap or heap[0][3] > 0, "dead entry on top"
-        assert index is not None or all(e[3] for e in heap), "dead entry without index"
-        assert all(len(e) == 4 and e[1] == _UNRESTRICTED_WIDTH for e in heap)
-        live_entries = {e[2]: e for e in heap if e[3]}
-        assert len(live_entries) == len([e for e in heap if e[3]]), "grant in the heap twice"
+        assert not heap or heap[0][4] > 0, "dead entry on top"
+        assert index is not None or all(e[4] for e in heap), "dead entry without index"
+        assert all(len(e) == 5 and e[1] == _UNRESTRICTED_WIDTH for e in heap)
+        live_entries = {e[3]: e for e in heap if e[4]}
+        assert len(live_entries) == len([e for e in heap if e[4]]), "grant in the heap twice"
         low = heap[0][0] if heap else _NEVER
         if scopes is not None:
             scoped: dict[int, _Entry] = {}
@@ -964,28 +1005,28 @@ class GPUCreditTracker:
             for resource, cheap in scopes.class_heaps.items():
                 assert all(cheap[(i - 1) // 2] <= cheap[i] for i in range(1, len(cheap)))
                 assert cheap, "empty class heap kept"
-                assert cheap[0][3] > 0, "dead entry on top"
+                assert cheap[0][4] > 0, "dead entry on top"
                 assert len({id(e) for e in cheap}) == len(cheap), "entry twice in a heap"
                 members[resource] = {id(e) for e in cheap}
-                live = [e for e in cheap if e[3]]
+                live = [e for e in cheap if e[4]]
                 assert live, "class heap without a live entry kept"
                 assert scopes.class_dead[resource] == len(cheap) - len(live), "dead count drifted"
                 assert scopes.class_dead[resource] <= max(_DEAD_SLACK, len(live)) + 1
-                assert scopes.class_available[resource] == sum(e[3] for e in live)
+                assert scopes.class_available[resource] == sum(e[4] for e in live)
                 for e in cheap:
-                    assert len(e) == 5
-                    assert resource in e[4]
-                    assert e[1] == len(e[4])
+                    assert len(e) == 6
+                    assert resource in e[5]
+                    assert e[1] == len(e[5])
                 for e in live:
-                    assert scoped.setdefault(e[2], e) is e, "two entries for one grant"
+                    assert scoped.setdefault(e[3], e) is e, "two entries for one grant"
                 low = min(low, cheap[0][0])
             for e in scoped.values():
-                key = e[4]
+                key = e[5]
                 assert 1 <= len(key) <= MAX_RESOURCES
                 assert key == tuple(sorted(set(key))), "class set not normalised"
                 assert all(id(e) in members[c] for c in key), "live grant missing from a heap"
-                assert e[2] not in live_entries, "grant unrestricted and scoped"
-            assert scopes.available == sum(e[3] for e in scoped.values()), "scoped sum drifted"
+                assert e[3] not in live_entries, "grant unrestricted and scoped"
+            assert scopes.available == sum(e[4] for e in scoped.values()), "scoped sum drifted"
             assert scopes.live == len(scoped)
             names = set(scopes.class_heaps)
             assert names == set(scopes.class_dead)
@@ -995,9 +1036,13 @@ class GPUCreditTracker:
             assert scopes.in_use == want_use, "classes in use drifted"
             live_entries.update(scoped)
         assert all(e[0] > self._clock for e in live_entries.values()), "expired grant kept"
+        assert all(0 <= e[2] <= self._clock for e in live_entries.values()), "granted later"
+        if not self._reordered:  # ids follow timestamps: heap order is grant_id order
+            by_id = sorted(live_entries.values(), key=lambda e: e[3])
+            assert all(a[2] <= b[2] for a, b in itertools.pairwise(by_id)), "reordered"
         assert all(1 <= g < self._next_grant_id for g in live_entries)
         assert self._next_expiry <= low, "eviction bound above an expiry"
-        assert self._available == sum(e[3] for e in live_entries.values()), "running sum drifted"
+        assert self._available == sum(e[4] for e in live_entries.values()), "running sum drifted"
         assert 0 <= self._available <= MAX_VALUE
         assert 0 <= self._debt <= MAX_VALUE
         if index is not None:
@@ -1043,9 +1088,10 @@ class GPUCreditTracker:
         expiry: int,
         resources: object,
         live_room: int | None,
+        given_id: int | None,
     ) -> tuple[int, int, tuple[Debt, ...], _Key, _Popped]:
         """Validate, then apply; return (grant_id, settled_debt, settled per debt item,
-        normalised classes, expired live grants)."""
+        normalised classes, expired live grants). ``given_id``: see ``apply_grant``."""
         # Validation inlined: this is the hot path, and a call costs more than the check.
         if type(amount) is not int or not 0 < amount <= MAX_VALUE:
             raise _invalid("amount", amount, 1)
@@ -1083,6 +1129,8 @@ class GPUCreditTracker:
                 known = True
         if timestamp < self._clock:
             raise TimestampRegression(timestamp, self._clock)
+        if given_id is not None:
+            self._check_given_id(given_id)
 
         popped = self._pop_expired(timestamp) if timestamp >= self._next_expiry else _NONE
         debt = self._debt
@@ -1126,17 +1174,24 @@ class GPUCreditTracker:
                     self._unpop(popped)
                     raise refusal
 
-        grant_id = self._next_grant_id
-        self._next_grant_id = grant_id + 1
+        if given_id is None:
+            grant_id = self._next_grant_id
+            self._next_grant_id = grant_id + 1
+        else:
+            grant_id = given_id
+            if grant_id >= self._next_grant_id:
+                self._next_grant_id = grant_id + 1
+            else:
+                self._reordered = True
         self._clock = timestamp
         parts = self._settle(key, settled) if settled else _NO_DEBTS
         if retained:
             entry: _Entry
             if key is None:
-                entry = [expiry, _UNRESTRICTED_WIDTH, grant_id, retained]
+                entry = [expiry, _UNRESTRICTED_WIDTH, timestamp, grant_id, retained]
                 _heappush(self._heap, entry)
             else:
-                entry = [expiry, len(key), grant_id, retained, key]
+                entry = [expiry, len(key), timestamp, grant_id, retained, key]
                 if scopes is None:
                     scopes = self._scopes = _Scopes()
                 # ``scopes.add``, inlined for the usual case: every class has its heap.
@@ -1157,6 +1212,20 @@ class GPUCreditTracker:
             if expiry < self._next_expiry:
                 self._next_expiry = expiry
         return grant_id, settled, parts, key, popped
+
+    def _check_given_id(self, grant_id: object) -> None:
+        """An explicit grant id (``apply_grant``) is an integer from 1 and no live grant's."""
+        if type(grant_id) is not int or not 1 <= grant_id <= MAX_VALUE:
+            raise _invalid("grant_id", grant_id, 1)
+        if grant_id >= self._next_grant_id:
+            return  # above every id given so far: not live
+        index = self._index
+        if index is None:
+            # Ids below the next one come from replays in effective order; the index makes
+            # the check O(1) from here on (the same one a void builds).
+            index = self._index = self._build_index()
+        if grant_id in index:
+            raise InvalidInput("grant_id", f"grant {grant_id} is live already")
 
     def _grant_refusal(
         self, retained: int, key: _Key, live_room: int | None, expired: int
@@ -1237,20 +1306,20 @@ class GPUCreditTracker:
             to_take = consumed
             while to_take:
                 live = heap[0]  # tops are live
-                left = live[3]
+                left = live[4]
                 if left <= to_take:
                     _heappop(heap)
                     to_take -= left
                     if index is not None:
-                        del index[live[2]]
+                        del index[live[3]]
                         _purge(heap)
                     if allocation is not None:
-                        allocation.append(Allocation(live[2], live[0], left))
+                        allocation.append(Allocation(live[3], live[0], left))
                         remaining.append(0)
                 else:
-                    live[3] = left - to_take  # the heap key (expiry, width, grant) is unchanged
+                    live[4] = left - to_take  # the heap key is unchanged
                     if allocation is not None:
-                        allocation.append(Allocation(live[2], live[0], to_take))
+                        allocation.append(Allocation(live[3], live[0], to_take))
                         remaining.append(left - to_take)
                     to_take = 0
             if scopes is None:  # the only heap: keep the eviction bound exact
@@ -1271,7 +1340,7 @@ class GPUCreditTracker:
     ) -> None:
         """Draw ``to_take`` for a consumption of ``resource``: each time from the lesser top of
         the unrestricted heap and ``resource``'s heap (``scoped``), which is the grant SPEC
-        section 5 orders first, as entries compare by (expiry, width, grant_id)."""
+        section 5 orders first, as entries compare by (expiry, width, granted_at, grant_id)."""
         heap = self._heap
         index = self._index
         class_heaps = scopes.class_heaps
@@ -1281,17 +1350,17 @@ class GPUCreditTracker:
         while to_take:
             if scoped and (not heap or scoped[0] < heap[0]):
                 live = scoped[0]
-                left = live[3]
-                classes: tuple[str, ...] = live[4]
+                left = live[4]
+                classes: tuple[str, ...] = live[5]
                 key: _Key = classes
                 if left <= to_take:
                     take, left = left, 0
                     _heappop(scoped)
                     if index is not None:
-                        del index[live[2]]
+                        del index[live[3]]
                     # ``scopes.kill`` inlined: dead in its other classes' heaps, gone from
                     # this one; then each heap tidied unless there is nothing to do.
-                    live[3] = 0
+                    live[4] = 0
                     scopes.available -= take
                     scopes.live -= 1
                     for owner in classes:
@@ -1302,34 +1371,34 @@ class GPUCreditTracker:
                         owned = class_heaps[owner]
                         if not (
                             class_available[owner]
-                            and owned[0][3]
+                            and owned[0][4]
                             and class_dead[owner] <= _DEAD_SLACK
                         ):
                             scopes.tidy(owner)  # may drop ``resource``'s: ``scoped`` empties
                 else:
                     take = to_take
                     left -= take
-                    live[3] = left
+                    live[4] = left
                     scopes.available -= take
                     for owner in classes:
                         class_available[owner] -= take
             else:
                 live = heap[0]
-                left = live[3]
+                left = live[4]
                 key = None
                 if left <= to_take:
                     take, left = left, 0
                     _heappop(heap)
                     if index is not None:
-                        del index[live[2]]
+                        del index[live[3]]
                         _purge(heap)
                 else:
                     take = to_take
                     left -= take
-                    live[3] = left
+                    live[4] = left
             to_take -= take
             if allocation is not None:
-                allocation.append(Allocation(live[2], live[0], take, key))
+                allocation.append(Allocation(live[3], live[0], take, key))
                 remaining.append(left)
 
     def _advance(self, timestamp: int) -> _Popped:
@@ -1351,12 +1420,12 @@ class GPUCreditTracker:
         expired = 0
         while heap and heap[0][0] <= timestamp:
             live = _heappop(heap)
-            credits = live[3]
+            credits = live[4]
             if credits:
                 popped.append((live, credits, None))
                 expired += credits
                 if index is not None:
-                    del index[live[2]]
+                    del index[live[3]]
         if index is not None:
             _purge(heap)
         low = heap[0][0] if heap else _NEVER
@@ -1372,12 +1441,12 @@ class GPUCreditTracker:
                 touched.append(resource)
                 while scoped and scoped[0][0] <= timestamp:
                     live = _heappop(scoped)
-                    credits = live[3]
+                    credits = live[4]
                     if credits:  # its first heap to pop it: dead in the others from here
-                        popped.append((live, credits, live[4]))
+                        popped.append((live, credits, live[5]))
                         expired += credits
                         if index is not None:
-                            del index[live[2]]
+                            del index[live[3]]
                         scopes.kill(live)
                     class_dead[resource] -= 1
             for resource in touched:
@@ -1387,6 +1456,8 @@ class GPUCreditTracker:
                     low = min(low, scoped[0][0])
             if len(popped) > unrestricted > 0 or len(popped) > unrestricted + 1:
                 popped.sort(key=_expiry_and_grant)
+        if self._reordered and len(popped) > 1:
+            popped.sort(key=_expiry_and_grant)  # heap order is (expiry, granted_at, grant)
         self._available -= expired
         self._next_expiry = low
         return popped
@@ -1396,14 +1467,14 @@ class GPUCreditTracker:
         its expired entries, so each comes back once into each of its heaps)."""
         index = self._index
         for entry, credits, key in popped:
-            entry[3] = credits
+            entry[4] = credits
             if key is None:
                 _heappush(self._heap, entry)
             else:
                 self._scoped().add(entry)
             self._available += credits
             if index is not None:
-                index[entry[2]] = entry
+                index[entry[3]] = entry
             if entry[0] < self._next_expiry:
                 self._next_expiry = entry[0]
 
@@ -1480,7 +1551,7 @@ class GPUCreditTracker:
         return [None] if self._debt else []
 
     def _build_index(self) -> dict[int, _Entry]:
-        index = {e[2]: e for e in self._heap}  # no dead entries before the index exists
+        index = {e[3]: e for e in self._heap}  # no dead entries before the index exists
         if self._scopes is not None:
-            index.update((e[2], e) for e in self._scopes.entries(None))
+            index.update((e[3], e) for e in self._scopes.entries(None))
         return index
