@@ -157,6 +157,7 @@ class Settings(BaseSettings):
             max_live_grants=self.max_live_grants,
             idempotency_ttl_s=self.idempotency_ttl_hours * 3600.0,
             tenant_quota=self.tenant_quota(),
+            lateness_window=self.lateness_window,
         )
 
     def tenant_quota(self) -> Quota:

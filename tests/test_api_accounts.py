@@ -174,6 +174,8 @@ async def test_accounts_are_listed_in_byte_order_each_at_its_clock(
         "available": 0,
         "debt": 7,
         "resource": None,
+        "watermark": 50,
+        "final": False,
     }
     expect(by_id["Z"], {"timestamp": 60, "available": 23, "balance": 23})
     # Listing changes nothing (reads are safe), not even when asked again.
@@ -256,8 +258,11 @@ async def test_an_acknowledged_write_is_listed_at_once(client: httpx.AsyncClient
         granted = ok(await grant(client, 10 + i, 3, 20, account_id=account_id), 201)
         page = await _list(client, prefix=account_id)
         assert page["accounts"] == [
-            {k: granted[k] for k in ("account_id", "timestamp", "balance", "available", "debt")}
-            | {"resource": None}
+            {
+                k: granted[k]
+                for k in ("account_id", "timestamp", "balance", "available", "debt", "watermark")
+            }
+            | {"resource": None, "final": False}
         ]
     assert len(await account_ids(client, 2, "fresh-")) == 5
 

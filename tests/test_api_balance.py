@@ -37,6 +37,8 @@ async def test_balance_reads_never_move_the_clock(client: httpx.AsyncClient) -> 
         "available": 0,
         "debt": 0,
         "resource": None,
+        "watermark": 0,  # the clock (a lateness window of 0)
+        "final": False,  # the future is never final
     }
     assert ok(await balance(client, 7))["timestamp"] == 7
     assert await snapshot(client) == before
@@ -67,6 +69,8 @@ async def test_balance_before_the_clock_is_the_state_as_of_then(
             "available": available,
             "debt": debt,
             "resource": None,
+            "watermark": 20,
+            "final": timestamp < 20,  # before the watermark (the clock: a window of 0)
         }
 
     expected = {
@@ -101,6 +105,8 @@ async def test_balance_without_timestamp_changes_nothing(client: httpx.AsyncClie
             "available": 50,
             "debt": 0,
             "resource": None,
+            "watermark": 3,
+            "final": False,
         }
     assert await snapshot(client) == before
     # The clock is still 3: a grant at 3 is accepted, and the grant of 50 is still live at 4.
@@ -127,6 +133,8 @@ async def test_largest_balance_timestamp_is_accepted(client: httpx.AsyncClient) 
         "available": 0,
         "debt": 0,
         "resource": None,
+        "watermark": 3,
+        "final": False,
     }
 
 

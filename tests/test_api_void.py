@@ -53,6 +53,8 @@ async def test_void_removes_the_live_remainder_and_keeps_what_was_paid(
         "balance": 40,
         "available": 40,
         "debt": 0,
+        "watermark": 2,
+        "restated": 0,
     }
     entries = await all_entries(client)
     assert (
@@ -69,6 +71,8 @@ async def test_void_removes_the_live_remainder_and_keeps_what_was_paid(
         "debt": 0,
         "grant_id": 1,
         "amount": 70,
+        "revision": 0,
+        "final": False,
     }
     listed = ok(await client.get(url(ACCOUNT, "grants")))
     assert [g["grant_id"] for g in listed["grants"]] == [2]

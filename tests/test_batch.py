@@ -278,6 +278,8 @@ async def test_one_failure_does_not_stop_the_others(client: httpx.AsyncClient) -
         "available": 0,
         "debt": 0,
         "resource": None,
+        "watermark": 6,
+        "final": True,  # before the watermark: the clock, with a lateness window of 0
     }
     consumed = results[4]["body"]
     assert (consumed["sequence"], consumed["balance"], consumed["consumed"]) == (2, 70, 30)
@@ -288,6 +290,8 @@ async def test_one_failure_does_not_stop_the_others(client: httpx.AsyncClient) -
         "available": 70,
         "debt": 0,
         "resource": None,
+        "watermark": 6,
+        "final": False,
     }
     assert results[7]["body"]["balance"] == 0
 

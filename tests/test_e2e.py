@@ -117,6 +117,8 @@ def test_regression_and_unknown_account(server: ServerProcess, http: httpx.Clien
         "available": 10,
         "debt": 0,
         "resource": None,
+        "watermark": 7,
+        "final": False,
     }
     r = http.get(_url(server, "nobody", "balance"), params={"timestamp": 1})
     assert r.status_code == 404
@@ -258,6 +260,8 @@ def test_state_and_idempotency_keys_survive_a_graceful_restart(
         "available": 30,
         "debt": 0,
         "resource": None,
+        "watermark": 14,
+        "final": False,
     }
     assert [e["kind"] for e in before["ledger"]] == [
         "grant",

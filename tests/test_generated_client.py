@@ -175,6 +175,8 @@ def test_accounts_through_generated_client(gen: Generated, client: Any) -> None:
             "available": figure,
             "debt": 0,
             "resource": None,
+            "watermark": 4,
+            "final": False,
         }
         for name, figure in (("a", 1), ("b", 2))
     ]

@@ -290,10 +290,14 @@ class Placement:
             at = clock if call.timestamp is None else call.timestamp
             if at < clock:
                 # Entries at or before a time the clock has passed are final: the as-of
-                # state is the same wherever the read sits after this point.
-                return body == self.replayed.read_balance(at), clock
+                # state is the same wherever the read sits after this point; the read says
+                # the watermark it saw (the clock here: a lateness window of 0).
+                return body == self._as_of(at, clock), clock
             return body == self.snapshots[writes].read_balance(at), clock  # a projection
         return False, clock
+
+    def _as_of(self, at: int, clock: int) -> Json:
+        return {**self.replayed.read_balance(at), "watermark": clock, "final": True}
 
     def search(self) -> bool:
         n = len(self.calls)
@@ -367,8 +371,10 @@ class Placement:
                 expected = "404 (no write placed yet)"
             else:
                 at = clock if call.timestamp is None else call.timestamp
-                expected = (self.replayed if at < clock else self.snapshots[writes]).read_balance(
-                    at
+                expected = (
+                    self._as_of(at, clock)
+                    if at < clock
+                    else self.snapshots[writes].read_balance(at)
                 )
             lines.append(f"  {call.describe()}\n    model here: {expected}")
         return "\n".join(lines)

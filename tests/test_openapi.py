@@ -32,6 +32,8 @@ OPERATION_IDS = {
     "getHealth",
     "applyBatch",
     "voidGrant",
+    "putAccountSettings",
+    "getAccountSettings",
 }
 # getBalance is not here: reads are safe (SPEC section 3), a read before the clock is as-of.
 WITH_409 = {"grantCredits", "consumeCredits", "applyBatch", "voidGrant"}
@@ -111,6 +113,8 @@ def test_operations_are_at_their_paths(served: dict[str, Any]) -> None:
         "getHealth": ("get", "/healthz"),
         "applyBatch": ("post", "/v1/batch"),
         "voidGrant": ("post", "/v1/accounts/{account_id}/grants/{grant_id}/void"),
+        "putAccountSettings": ("put", "/v1/accounts/{account_id}/settings"),
+        "getAccountSettings": ("get", "/v1/accounts/{account_id}/settings"),
     }
 
 
@@ -146,7 +150,13 @@ def test_success_responses_are_json_with_a_schema(served: dict[str, Any]) -> Non
 
 def test_request_bodies_have_examples(served: dict[str, Any]) -> None:
     with_body = {op["operationId"]: op for _, _, op in operations(served) if "requestBody" in op}
-    assert set(with_body) == {"grantCredits", "consumeCredits", "applyBatch", "voidGrant"}
+    assert set(with_body) == {
+        "grantCredits",
+        "consumeCredits",
+        "applyBatch",
+        "voidGrant",
+        "putAccountSettings",
+    }
     for operation_id, op in with_body.items():
         assert op["requestBody"]["required"] is True, operation_id
         media = op["requestBody"]["content"]["application/json"]
@@ -200,6 +210,8 @@ def test_other_documented_errors(served: dict[str, Any]) -> None:
             "listLedgerEntries",
             "applyBatch",  # an atomic batch aborted by a read of an unknown account
             "voidGrant",
+            "putAccountSettings",  # settings do not create accounts
+            "getAccountSettings",
         }
         assert ("404" in statuses) == reads_account, operation_id
         assert "503" in statuses, operation_id

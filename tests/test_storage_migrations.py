@@ -370,6 +370,8 @@ async def assert_answers_as_before(client: httpx.AsyncClient) -> None:
         "available": 15,
         "debt": 0,
         "resource": None,
+        "watermark": 15,
+        "final": False,
     }
     as_of = await client.get("/v1/accounts/acme/balance", params={"timestamp": 6})
     assert (as_of.json()["available"], as_of.json()["debt"]) == (30, 0)

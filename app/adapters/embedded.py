@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final
 
-from app.domain import GPUCreditTracker
 from app.quotas import Quota, Tenant, Tenants, Usage
 from app.service import journal
 from app.service.errors import (
@@ -38,8 +37,15 @@ from app.service.errors import (
     QuotaExceeded,
     ServiceUnavailable,
 )
+from app.service.history import as_of
 from app.service.idempotency import BATCH_SCOPE, Idempotency, api_key_of_scope
-from app.service.journal import AccountState, AsOfRead, Totals, grant_view_of
+from app.service.journal import (
+    AccountState,
+    AsOfRead,
+    grant_view_of,
+    loaded_account,
+    new_account,
+)
 from app.service.limits import Limits
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
 from app.storage.base import (
@@ -98,14 +104,10 @@ class EmbeddedPort:
     async def start(self) -> None:
         loaded = await self._store.open(self._wall_clock_s() - self._limits.idempotency_ttl_s)
         for account_id, account in loaded.accounts.items():
-            tracker = GPUCreditTracker.from_state(
-                account.tracker_state,
-                max_live_grants=self._limits.max_live_grants_per_account,
-            )
-            state = AccountState(account_id, tracker, account.next_sequence)
+            state = loaded_account(account_id, account, self._limits)
             self._slots[account_id] = _Slot(state, counted=True)
             self._accounts += 1
-            self._live_grants += tracker.live_grant_count
+            self._live_grants += state.tracker.live_grant_count
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         for record in loaded.idempotency:
@@ -169,8 +171,7 @@ class EmbeddedPort:
         new account then shares one lock."""
         slot = self._slots.get(account_id)
         if slot is None:
-            tracker = GPUCreditTracker(max_live_grants=self._limits.max_live_grants_per_account)
-            slot = self._slots[account_id] = _Slot(AccountState(account_id, tracker, 1))
+            slot = self._slots[account_id] = _Slot(new_account(account_id, self._limits))
         slot.users += 1
         return slot
 
@@ -306,14 +307,16 @@ class EmbeddedPort:
     ) -> BalanceView:
         slot = self._existing(account_id)
         async with slot.lock:
-            view = journal.read_balance(account_id, slot.state.tracker, timestamp, resource)
+            timeline = slot.state.timeline
+            view = journal.read_balance(
+                account_id, timeline.current, timeline.watermark, timestamp, resource
+            )
             fut = slot.durable
         await self._await_durable(fut)
         if isinstance(view, AsOfRead):
-            # Entries at or before a time the clock has passed never change (every later
-            # write, and every expiration it records, is later): no lock is needed.
-            totals = await self._store.read_totals_at(account_id, view.timestamp)
-            return journal.totals_view(account_id, view.timestamp, totals)
+            # From what is durable, without the lock: each storage read is one snapshot, so
+            # a late write committing meanwhile is seen whole or not at all.
+            return await as_of(self._store, view)
         return view
 
     async def live_grants(
@@ -322,7 +325,7 @@ class EmbeddedPort:
         slot = self._existing(account_id)
         async with slot.lock:
             tracker = slot.state.tracker
-            view = journal.view(account_id, tracker, resource)
+            view = journal.view(account_id, tracker, slot.state.timeline.watermark, resource)
             grants = journal.live_grant_views(tracker, resource)
             fut = slot.durable
         await self._await_durable(fut)
@@ -345,12 +348,16 @@ class EmbeddedPort:
         # after their entries were durable.
         return await self._store.read_grant_entries(account_id, grant_ids)
 
-    async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
+    async def entries(
+        self, account_id: str, after_sequence: int, limit: int
+    ) -> tuple[list[Entry], int]:
         slot = self._existing(account_id)
         async with slot.lock:
             fut = slot.durable
+            watermark = slot.state.timeline.watermark
         await self._await_durable(fut)
-        return await read_entries_after_sequence(self._store, account_id, after_sequence, limit)
+        found = await read_entries_after_sequence(self._store, account_id, after_sequence, limit)
+        return found, watermark
 
     async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
         """Which accounts exist, and their order, come from the store: it holds exactly the
@@ -367,7 +374,8 @@ class EmbeddedPort:
             slot = self._slots.get(row.account_id)
             assert slot is not None, "an account, once committed, stays registered"
             assert slot.state.exists
-            views.append(journal.view(row.account_id, slot.state.tracker))
+            timeline = slot.state.timeline
+            views.append(journal.view(row.account_id, timeline.current, timeline.watermark))
             if slot.durable is not None:
                 waits[id(slot.durable)] = slot.durable  # one per commit group
         for fut in waits.values():
@@ -461,10 +469,10 @@ class _EmbeddedUnitOfWork:
     def count_live(self, account_id: str, delta: int) -> None:
         self._port._count_live(account_id, delta)
 
-    async def history(self, account_id: str, timestamp: int) -> Totals:
+    async def history(self, read: AsOfRead) -> BalanceView:
         # Entries submitted but not yet on disk are not in the store's answer: wait for them.
-        await self._port._await_durable(self._slots[account_id].durable)
-        return await self._port._store.read_totals_at(account_id, timestamp)
+        await self._port._await_durable(self._slots[read.account_id].durable)
+        return await as_of(self._port._store, read)
 
     async def grant_record(
         self, account_id: str, grant_id: int

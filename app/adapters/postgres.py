@@ -33,8 +33,15 @@ from app.service.errors import (
     QuotaExceeded,
     ServiceUnavailable,
 )
+from app.service.history import as_of
 from app.service.idempotency import Idempotency
-from app.service.journal import AccountState, Totals, grant_view_of
+from app.service.journal import (
+    AccountState,
+    AsOfRead,
+    grant_view_of,
+    loaded_account,
+    new_account,
+)
 from app.service.limits import Limits
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
 from app.storage.base import (
@@ -42,6 +49,7 @@ from app.storage.base import (
     Entry,
     GrantEntry,
     IdempotencyRecord,
+    LoadedAccount,
     VoidEntry,
     read_entries_after_sequence,
 )
@@ -81,8 +89,10 @@ def _service_errors() -> Iterator[None]:
         raise ServiceUnavailable(f"database unavailable: {exc}") from exc
 
 
-def _view_of(state: RowState) -> BalanceView:
-    return journal.totals_view(state.account_id, state.clock, (state.available, state.debt))
+def _view_of(state: RowState, timestamp: int, totals: tuple[int, int]) -> BalanceView:
+    """A total read of a row: at or after its clock a projection, before it an as-of read."""
+    read = AsOfRead(state.account_id, timestamp, None, state.watermark)
+    return journal.as_of_view(read, *totals)
 
 
 @dataclass(slots=True)
@@ -179,8 +189,7 @@ class PostgresPort:
                 self._release(account_id, slot)
 
     def _fresh(self, account_id: str) -> AccountState:
-        tracker = GPUCreditTracker(max_live_grants=self._limits.max_live_grants_per_account)
-        return AccountState(account_id, tracker, 1)
+        return new_account(account_id, self._limits)
 
     def _slot(self, account_id: str) -> _Slot:
         slot = self._slots.get(account_id)
@@ -227,14 +236,23 @@ class PostgresPort:
         live = await tx.load_live_grants(stale)
         for account_id in stale:
             row = rows[account_id]
-            tracker = GPUCreditTracker.from_state(
+            loaded = LoadedAccount(
                 TrackerState(
                     row.clock, row.debt, row.next_grant_id, tuple(live[account_id]), row.debts
                 ),
-                max_live_grants=self._limits.max_live_grants_per_account,
+                row.next_sequence,
+                row.watermark,
+                row.lateness_window,
+                row.folded_since_checkpoint,
             )
-            assert tracker.available == row.available, "state row and live grants disagree"
-            self._slots[account_id].state = AccountState(account_id, tracker, row.next_sequence)
+            if row.watermark < row.clock:  # provisional writes: what replaying them needs
+                event_time = await tx.read_event_time(row)
+                loaded.checkpoint = event_time.checkpoint
+                loaded.writes_since_checkpoint = event_time.writes_since_checkpoint
+                loaded.provisional_entries = event_time.provisional_entries
+            state = loaded_account(account_id, loaded, self._limits)
+            assert state.tracker.available == row.available, "state row and live grants disagree"
+            self._slots[account_id].state = state
             self._versions[account_id] = row.version
 
     # -- reads: one committed snapshot each, no lock -----------------------------------------
@@ -244,40 +262,41 @@ class PostgresPort:
     ) -> BalanceView:
         if resource is not None:
             # A class's figures need its live grants and debt: from one snapshot of them.
-            tracker = await self._snapshot(account_id)
-            view = journal.read_balance(account_id, tracker, timestamp, resource)
-            assert isinstance(view, BalanceView)  # a class is never read as of the past
+            row, tracker = await self._snapshot(account_id)
+            view = journal.read_balance(account_id, tracker, row.watermark, timestamp, resource)
+            if isinstance(view, AsOfRead):
+                return await self._read(as_of(self._pg, view))
             return view
         if timestamp is None:
             state = await self._read(self._pg.read_account(account_id))
             if state is None:
                 raise AccountNotFound(account_id)
-            return _view_of(state)
+            return _view_of(state, state.clock, (state.available, state.debt))
         found = await self._read(self._pg.read_balance_at(account_id, timestamp))
         if found is None:
             raise AccountNotFound(account_id)
-        return journal.totals_view(account_id, timestamp, found[1])
+        return _view_of(found[0], timestamp, found[1])
 
     async def live_grants(
         self, account_id: str, resource: str | None = None
     ) -> tuple[BalanceView, list[LiveGrantView]]:
-        tracker = await self._snapshot(account_id)
-        view = journal.view(account_id, tracker, resource)
+        state, tracker = await self._snapshot(account_id)
+        view = journal.view(account_id, tracker, state.watermark, resource)
         return view, journal.live_grant_views(tracker, resource)
 
-    async def _snapshot(self, account_id: str) -> GPUCreditTracker:
+    async def _snapshot(self, account_id: str) -> tuple[RowState, GPUCreditTracker]:
         """The account's tracker as one committed snapshot has it (not the cache: reads take
         no lock). 404 for an unknown account."""
         state, live = await self._read(self._pg.read_live_grants(account_id))
         if state is None:
             raise AccountNotFound(account_id)
-        return GPUCreditTracker.from_state(
+        return state, GPUCreditTracker.from_state(
             TrackerState(state.clock, state.debt, state.next_grant_id, tuple(live), state.debts),
             max_live_grants=max(len(live), self._limits.max_live_grants_per_account),
         )
 
     async def grant_view(self, account_id: str, grant_id: int) -> GrantView:
-        live = (await self._snapshot(account_id)).live_grant(grant_id)  # 404: unknown account
+        live = (await self._snapshot(account_id))[1].live_grant(grant_id)  # 404: unknown account
         remaining = 0 if live is None else live.remaining
         entry = await self._read(self._pg.read_grant_entry(account_id, grant_id))
         return grant_view_of(account_id, grant_id, entry, remaining)
@@ -287,18 +306,23 @@ class PostgresPort:
     ) -> dict[int, GrantEntry]:
         return await self._read(self._pg.read_grant_entries(account_id, grant_ids))
 
-    async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
-        if await self._read(self._pg.read_account(account_id)) is None:
+    async def entries(
+        self, account_id: str, after_sequence: int, limit: int
+    ) -> tuple[list[Entry], int]:
+        state = await self._read(self._pg.read_account(account_id))
+        if state is None:
             raise AccountNotFound(account_id)
-        return await self._read(
+        found = await self._read(
             read_entries_after_sequence(self._pg, account_id, after_sequence, limit)
         )
+        # The watermark read first: entries before it were final then, so they are now.
+        return found, state.watermark
 
     async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
         """One committed snapshot of the account rows (placeholders of accounts being
         created are not committed, so not listed), each at its clock from the row alone."""
         states = await self._read(self._pg.read_account_states(prefix, after, limit))
-        return [_view_of(state) for state in states]
+        return [_view_of(state, state.clock, (state.available, state.debt)) for state in states]
 
     async def _read(self, pending: Awaitable[_T]) -> _T:
         """Await a read; a database that is down is a 503, not a 500."""
@@ -385,8 +409,13 @@ class _PgUnitOfWork:
     def count_live(self, account_id: str, delta: int) -> None:
         return None
 
-    async def history(self, account_id: str, timestamp: int) -> Totals:
-        return await self._tx.read_totals_at(account_id, timestamp)
+    async def history(self, read: AsOfRead) -> BalanceView:
+        if read.resource is None:
+            totals = await self._tx.read_totals_at(read.account_id, read.timestamp)
+            return journal.as_of_view(read, *totals)
+        # The account's row is locked by this transaction, so nothing commits to it meanwhile:
+        # a read from the pool sees what the transaction sees.
+        return await as_of(self._port._pg, read)
 
     async def grant_record(
         self, account_id: str, grant_id: int

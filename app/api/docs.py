@@ -48,6 +48,16 @@ VOID_EXAMPLES: dict[str, Any] = {
         "value": {"timestamp": 5},
     },
 }
+SETTINGS_EXAMPLES: dict[str, Any] = {
+    "example4-window": {
+        "summary": "SPEC Example 4: accept writes up to 10 timestamp units behind the clock",
+        "value": {"lateness_window": 10},
+    },
+    "service-setting": {
+        "summary": "Back to the service's setting (GPU_CREDITS_LATENESS_WINDOW)",
+        "value": {"lateness_window": None},
+    },
+}
 CONSUME_EXAMPLES: dict[str, Any] = {
     "example1-draws-from-two-grants": {
         "summary": "SPEC Example 1: 50 from the expiry-5 grant, 20 from expiry-10",

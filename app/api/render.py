@@ -110,9 +110,10 @@ def encode_answer(
     return Answer(BATCH_STATUS, batch(result))
 
 
-def entry(e: Entry) -> dict[str, Any]:
-    """A ledger entry as listLedgerEntries shows it: its position, kind and time, the totals
-    after it, then what the kind says (the ``LedgerEntry`` schema)."""
+def entry(e: Entry, watermark: int) -> dict[str, Any]:
+    """A ledger entry as listLedgerEntries shows it: its identity, kind and time, the totals
+    after it, its revision and whether it is final, then what the kind says (the
+    ``LedgerEntry`` schema)."""
     body: dict[str, Any] = {
         "sequence": e.sequence,
         "kind": e.kind,
@@ -120,6 +121,8 @@ def entry(e: Entry) -> dict[str, Any]:
         "balance": e.available - e.debt,
         "available": e.available,
         "debt": e.debt,
+        "revision": e.revision,
+        "final": e.timestamp < watermark,
     }
     if isinstance(e, GrantEntry):
         body.update(

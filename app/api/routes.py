@@ -12,7 +12,13 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response
 
 from app.api import render
 from app.api.auth import authorize, visible_prefix
-from app.api.docs import BATCH_EXAMPLES, CONSUME_EXAMPLES, GRANT_EXAMPLES, VOID_EXAMPLES
+from app.api.docs import (
+    BATCH_EXAMPLES,
+    CONSUME_EXAMPLES,
+    GRANT_EXAMPLES,
+    SETTINGS_EXAMPLES,
+    VOID_EXAMPLES,
+)
 from app.api.idempotent import REPLAYED_HEADER, WITH_IDEMPOTENCY_KEY, idempotency_of, replayed
 from app.api.problems import ProblemType, describe, documented, problem_response
 from app.api.routing import ANY_SCOPE, LedgerRoute, public, requires
@@ -23,6 +29,8 @@ from app.api.schemas import (
     LEDGER_PAGE_MAX,
     AccountId,
     AccountPage,
+    AccountSettingsRequest,
+    AccountSettingsResponse,
     BalanceOperation,
     BalanceResponse,
     BatchRequest,
@@ -266,14 +274,51 @@ async def list_ledger_entries(
 ) -> Any:
     """Every change to the account in order (grants, consumptions, expirations), each with
     the balance, available credits and debt right after it."""
-    entries = await _ledger(request).entries(account_id, after, limit + 1)
+    entries, watermark = await _ledger(request).entries(account_id, after, limit + 1)
     more = len(entries) > limit
     page = entries[:limit]
     return {
         "account_id": account_id,
-        "entries": [render.entry(e) for e in page],
+        "entries": [render.entry(e, watermark) for e in page],
         "next_after": page[-1].sequence if more else None,
     }
+
+
+@router.put(
+    "/v1/accounts/{account_id}/settings",
+    operation_id="putAccountSettings",
+    summary="Set the account's lateness window",
+    response_model=AccountSettingsResponse,
+    responses=documented(401, 403, 404, 422, 503),
+    tags=["accounts"],
+)
+@requires(Scope.ADMIN)
+async def put_account_settings(
+    account_id: AccountId,
+    request: Request,
+    body: Annotated[AccountSettingsRequest, Body(openapi_examples=SETTINGS_EXAMPLES)],
+) -> Any:
+    """SPEC section 6: how far behind its clock the account accepts writes (null: the
+    service's setting). Lowering the window moves the watermark forward at once (writes it
+    passes become final); raising it never moves the watermark back. Setting the same value
+    again changes nothing. Unknown accounts are 404 (settings do not create accounts)."""
+    settings = await _ledger(request).set_lateness_window(account_id, body.lateness_window)
+    return dataclasses.asdict(settings)
+
+
+@router.get(
+    "/v1/accounts/{account_id}/settings",
+    operation_id="getAccountSettings",
+    summary="The account's lateness window and watermark",
+    response_model=AccountSettingsResponse,
+    responses=documented(401, 403, 404, 422, 503),
+    tags=["accounts"],
+)
+@requires(Scope.READ)
+async def get_account_settings(account_id: AccountId, request: Request) -> Any:
+    """The lateness window in force (and whether it is the service's), the clock and the
+    watermark. Changes nothing."""
+    return dataclasses.asdict(await _ledger(request).settings(account_id))
 
 
 @router.get(

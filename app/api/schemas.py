@@ -317,7 +317,7 @@ class _Response(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
-class BalanceResponse(_Response):
+class _Totals(_Response):
     account_id: str
     timestamp: Figure = Field(
         description=(
@@ -331,9 +331,30 @@ class BalanceResponse(_Response):
     resource: str | None = Field(
         None, description="The GPU class read (`?resource=`); null: totals over every class."
     )
+    watermark: Figure = Field(
+        description=(
+            "The account's watermark (SPEC section 6): writes must have a timestamp at or after "
+            "it; entries before it are final. With a lateness window of 0, the clock."
+        )
+    )
 
 
-class GrantResponse(BalanceResponse):
+class BalanceResponse(_Totals):
+    final: bool = Field(
+        description=(
+            "True when the figures can no longer change: a time before the watermark. Later "
+            "times may still be restated by late writes."
+        )
+    )
+
+
+_RESTATED = (
+    "How many later ledger entries this write changed the effect of (a late write, SPEC "
+    "section 6; 0 for a write in timestamp order)."
+)
+
+
+class GrantResponse(_Totals):
     grant_id: int = Field(ge=1, description="Stable id of this grant within the account.")
     sequence: int = Field(ge=1, description="Position of this grant in the account's ledger.")
     amount: Figure
@@ -345,6 +366,7 @@ class GrantResponse(BalanceResponse):
     )
     name: str | None = Field(description="The grant's name, if it was given one.")
     metadata: dict[str, str] | None = Field(description="The grant's metadata, if any.")
+    restated: int = Field(ge=0, description=_RESTATED)
 
 
 class AllocationItem(_Response):
@@ -356,7 +378,7 @@ class AllocationItem(_Response):
     )
 
 
-class ConsumeResponse(BalanceResponse):
+class ConsumeResponse(_Totals):
     sequence: int = Field(ge=1, description="Position of this consumption in the ledger.")
     amount: Figure
     consumed: Figure = Field(description="How much active credits covered.")
@@ -365,14 +387,16 @@ class ConsumeResponse(BalanceResponse):
         description="Grants drawn from, in the order they were drawn (earliest expiry first)."
     )
     resource: str | None = Field(description="The GPU class it ran on; null: none.")
+    restated: int = Field(ge=0, description=_RESTATED)
 
 
-class VoidResponse(BalanceResponse):
+class VoidResponse(_Totals):
     grant_id: int = Field(ge=1)
     sequence: int = Field(ge=1, description="Position of this void in the ledger.")
     amount: Figure = Field(
         description="The grant's live remainder removed (0 if it was used up or expired)."
     )
+    restated: int = Field(ge=0, description=_RESTATED)
 
 
 class LiveGrantItem(_Response):
@@ -408,11 +432,23 @@ class GrantDetailResponse(_Response):
 
 
 class _EntryBase(BaseModel):
-    sequence: int = Field(ge=1, description="1-based, contiguous position in the ledger.")
+    sequence: int = Field(
+        ge=1,
+        description=(
+            "The entry's identity, given in the order entries were made (a late write's "
+            "entry gets the next one although it is listed earlier)."
+        ),
+    )
     timestamp: Figure = Field(description="When it took effect (an expiration: the expiry).")
-    balance: SignedFigure = Field(description="Balance right after this entry.")
+    balance: SignedFigure = Field(description="Balance right after this entry, in effective order.")
     available: Figure
     debt: Figure
+    revision: int = Field(
+        ge=0, description="How many times a late write restated this entry's effect."
+    )
+    final: bool = Field(
+        description="Before the account's watermark: this entry will never change again."
+    )
 
 
 class GrantEntry(_EntryBase):
@@ -467,6 +503,25 @@ class LedgerPage(BaseModel):
     next_after: int | None = Field(
         description="Pass as `after` to get the next page; null when this is the last page."
     )
+
+
+class AccountSettingsRequest(_Request):
+    lateness_window: Annotated[StrictInt, Field(ge=0, le=MAX_VALUE)] | None = Field(
+        description=(
+            "How far behind its clock the account accepts writes, in timestamp units; null: "
+            "the service's setting (GPU_CREDITS_LATENESS_WINDOW). Lowering it makes writes "
+            "final at once (the watermark moves forward); raising it never moves the watermark "
+            "back."
+        )
+    )
+
+
+class AccountSettingsResponse(_Response):
+    account_id: str
+    lateness_window: Figure = Field(description="The window in force.")
+    inherited: bool = Field(description="True: the service's setting; false: the account's own.")
+    clock: Figure
+    watermark: Figure
 
 
 class AccountPage(BaseModel):

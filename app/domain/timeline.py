@@ -524,6 +524,28 @@ class AccountTimeline:
             return self._in_order_final(write, live_room)  # folds at once: M = C = timestamp
         return self._in_order(write, live_room)
 
+    def copy(self) -> AccountTimeline:
+        """An independent copy, for a caller that may have to undo what it does next (an
+        atomic batch): O(n + P). The replay marks are shared: they are never changed, only
+        replaced."""
+        other = AccountTimeline.__new__(AccountTimeline)
+        other._window = self._window
+        other._limits = self._limits
+        other._final = self._final.copy()
+        other._current = other._final if self._current is self._final else self._current.copy()
+        other._clock = self._clock
+        other._watermark = self._watermark
+        other._next_sequence = self._next_sequence
+        other._folded_since = self._folded_since
+        other._checkpoint_spacing = self._checkpoint_spacing
+        other._head = self._head
+        # A late write sets the lines of the writes after it in place: copy the records.
+        other._pending = [_Pending(p.sequence, p.grant_id, p.write, p.lines) for p in self._pending]
+        other._stamps = list(self._stamps)
+        other._marks = list(self._marks)
+        other._pending_grants = dict(self._pending_grants)
+        return other
+
     def set_window(self, window: int) -> FoldOutcome:
         """Change the lateness window. Lowering it moves the watermark forward (the writes it
         passes fold); raising it never moves the watermark back."""

@@ -30,16 +30,15 @@ class GrantAlreadyVoided(ServiceError):
 
 
 class ClassAsOfUnsupported(ServiceError):
-    """A balance read of one class at a time before the account's clock: the history keeps
-    totals after each entry, not every class's, so only totals are answered there."""
+    """A balance read of one class at a time before the account's clock that its stored
+    history cannot answer in bounded work: the time lies before the account's first
+    checkpoint (history written by a release before late events, more writes back than a
+    replay may take), or inside a batch whose own late writes made it final. Totals (no
+    ``resource``) are always answered."""
 
-    def __init__(self, resource: str, timestamp: int, clock: int) -> None:
-        super().__init__(
-            f"a balance of class {resource!r} is answered at or after the account's clock "
-            f"({clock}), not at {timestamp}: before it the history keeps totals only "
-            "(read without resource)"
-        )
-        self.clock = clock
+    def __init__(self, resource: str | None, timestamp: int, why: str) -> None:
+        what = "a balance" if resource is None else f"a balance of class {resource!r}"
+        super().__init__(f"{what} at {timestamp} cannot be answered here: {why}")
 
 
 class IdempotencyKeyReused(ServiceError):

@@ -10,21 +10,32 @@ and batches share them, so a rule lives here once.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
-from app.domain import (
-    ClassList,
-    ConsumeResult,
-    Debt,
-    Expiration,
-    GPUCreditTracker,
-    InvalidInput,
-    LiveGrant,
+from app.domain import ClassList, Debt, GPUCreditTracker, InvalidInput, TrackerState
+from app.domain.timeline import (
+    AccountTimeline,
+    ConsumeWrite,
+    ConsumptionLine,
+    ExpirationLine,
+    GrantLine,
+    GrantWrite,
+    Line,
+    SequencedWrite,
+    TimelineLimits,
+    VoidLine,
+    VoidWrite,
+    Write,
+    WriteOutcome,
 )
+from app.domain.timeline import Checkpoint as TimelineCheckpoint
 from app.service.errors import ClassAsOfUnsupported, GrantAlreadyVoided, GrantNotFound
+from app.service.limits import Limits
 from app.service.results import (
+    AccountSettings,
     AllocationView,
     BalanceView,
     ConsumptionReceipt,
@@ -36,11 +47,15 @@ from app.service.results import (
 from app.storage.base import (
     AccountRow,
     Change,
+    Checkpoint,
     ConsumptionEntry,
     Entry,
     ExpirationEntry,
     GrantEntry,
+    LoadedAccount,
     VoidEntry,
+    WriteEntry,
+    rank_of,
 )
 
 Totals = tuple[int, int]  # (available, debt) at some time
@@ -48,16 +63,27 @@ Totals = tuple[int, int]  # (available, debt) at some time
 
 @dataclass(slots=True)
 class AccountState:
-    """One account as a unit of work holds it: its tracker and its ledger's next sequence."""
+    """One account as a unit of work holds it: its timeline (the tracker at the clock, the
+    provisional writes, the ledger's next sequence) and its own lateness window, if any."""
 
     account_id: str
-    tracker: GPUCreditTracker
-    next_sequence: int
+    timeline: AccountTimeline
+    # The account's own window (SPEC section 6, PUT .../settings); None: the service's.
+    window: int | None = None
+
+    @property
+    def tracker(self) -> GPUCreditTracker:
+        """The state at the clock: every accepted write applied. Read it only."""
+        return self.timeline.current
+
+    @property
+    def next_sequence(self) -> int:
+        return self.timeline.next_sequence
 
     @property
     def exists(self) -> bool:
         """An account exists once a write has recorded something (sequence 1 is taken)."""
-        return self.next_sequence > 1
+        return self.timeline.next_sequence > 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +104,74 @@ class AsOfRead:
 
     account_id: str
     timestamp: int
+    resource: str | None
+    watermark: int  # the account's, when the read was made
+
+
+def new_account(account_id: str, limits: Limits) -> AccountState:
+    """An account never written: empty, with the service's lateness window."""
+    timeline = AccountTimeline(
+        limits.lateness_window, limits=_timeline_limits(limits.max_live_grants_per_account, limits)
+    )
+    return AccountState(account_id, timeline)
+
+
+def _timeline_limits(max_live_grants: int, limits: Limits) -> TimelineLimits:
+    return _shared_timeline_limits(max_live_grants, limits.max_provisional_writes)
+
+
+@functools.lru_cache(maxsize=64)
+def _shared_timeline_limits(max_live_grants: int, max_provisional: int) -> TimelineLimits:
+    """One timeline's bounds (shared: a handful of distinct values exist)."""
+    return TimelineLimits(max_provisional=max_provisional, max_live_grants=max_live_grants)
+
+
+def loaded_account(account_id: str, loaded: LoadedAccount, limits: Limits) -> AccountState:
+    """An account as storage kept it. With no provisional writes (every account whose
+    window is 0) the stored state is the whole of it; otherwise the final state is rebuilt
+    from the latest checkpoint and the writes after it, the provisional writes are replayed
+    on it, and what they give must be what is stored (``AccountTimeline.restore`` checks
+    their entries; the state at the clock is checked here)."""
+    state = loaded.tracker_state
+    window = limits.lateness_window if loaded.lateness_window is None else loaded.lateness_window
+    # More live grants than the bound (a bound lowered since) are kept whole.
+    max_live = max(len(state.live_grants), limits.max_live_grants_per_account)
+    if loaded.watermark >= state.clock:
+        timeline = AccountTimeline.from_state(
+            state,
+            next_sequence=loaded.next_sequence,
+            window=window,
+            folded_since_checkpoint=loaded.folded_since_checkpoint,
+            limits=_timeline_limits(max_live, limits),
+        )
+        return AccountState(account_id, timeline, loaded.lateness_window)
+    checkpoint = loaded.checkpoint
+    base = checkpoint.state if checkpoint is not None else _EMPTY_STATE
+    folded = [
+        write_of(w) for w in loaded.writes_since_checkpoint if w.timestamp <= loaded.watermark
+    ]
+    timeline = AccountTimeline.restore(
+        base,
+        next_sequence=loaded.next_sequence,
+        watermark=loaded.watermark,
+        window=window,
+        folded=folded,
+        lines=[line_of(e) for e in loaded.provisional_entries],
+        next_grant_id=state.next_grant_id,
+        folded_since_checkpoint=loaded.folded_since_checkpoint,
+        limits=_timeline_limits(max_live, limits),
+    )
+    current = timeline.current
+    if (current.clock, current.debt, current.available) != (
+        state.clock,
+        state.debt,
+        sum(g.remaining for g in state.live_grants),
+    ):
+        raise InvalidInput("state", f"{account_id}: the stored state is not what its writes give")
+    return AccountState(account_id, timeline, loaded.lateness_window)
+
+
+_EMPTY_STATE: Final = TrackerState(0, 0, 1, ())
 
 
 def grant(
@@ -90,48 +184,30 @@ def grant(
     resources: ClassList | None = None,
 ) -> tuple[Change, GrantReceipt]:
     """Raises ``LedgerError`` (``NoLiveRoom`` past ``live_room``) and changes nothing then."""
-    tracker = account.tracker
-    before = (tracker.available, tracker.debt)
-    result = tracker.apply_grant(amount, timestamp, expiry, live_room, resources=resources)
-    entries = _expiration_entries(account, result.expired, *before)
-    sequence = _next_sequence(account)
-    entries.append(
-        GrantEntry(
-            sequence,
-            timestamp,
-            result.available,
-            result.debt,
-            grant_id=result.grant_id,
-            amount=amount,
-            expiry=expiry,
-            settled_debt=result.settled_debt,
-            retained=result.retained,
-            name=label.name,
-            metadata=label.metadata,
-            resources=result.resources,
-        )
-    )
-    change = _change(account, entries)
-    change.removed_grant_ids.extend(e.grant_id for e in result.expired)
-    if result.retained:
-        change.upserted_live_grants.append(
-            LiveGrant(result.grant_id, expiry, result.retained, result.resources, timestamp)
-        )
+    outcome, change = _write(account, GrantWrite(amount, timestamp, expiry, resources), live_room)
+    line = outcome.line
+    assert isinstance(line, GrantLine)
+    [entry] = [e for e in change.entries if e.sequence == line.sequence]
+    assert isinstance(entry, GrantEntry), "a grant's own entry is new"
+    entry.name = label.name
+    entry.metadata = label.metadata
     receipt = GrantReceipt(
         account_id=account.account_id,
-        grant_id=result.grant_id,
-        sequence=sequence,
+        grant_id=line.grant_id,
+        sequence=line.sequence,
         timestamp=timestamp,
         amount=amount,
         expiry=expiry,
-        balance=result.available - result.debt,
-        available=result.available,
-        debt=result.debt,
-        settled_debt=result.settled_debt,
-        retained=result.retained,
+        balance=outcome.available - outcome.debt,
+        available=outcome.available,
+        debt=outcome.debt,
+        settled_debt=line.settled_debt,
+        retained=line.retained,
         name=label.name,
         metadata=label.metadata,
-        resources=_listed(result.resources),
+        resources=_listed(line.resources),
+        watermark=outcome.watermark,
+        restated=outcome.restated,
     )
     return change, receipt
 
@@ -155,27 +231,20 @@ def void(
         raise InvalidInput(
             "timestamp", f"{timestamp} is before grant {grant_id}'s timestamp {grant.timestamp}"
         )
-    tracker = account.tracker
-    before = (tracker.available, tracker.debt)
-    result = tracker.apply_void(grant_id, timestamp)
-    entries = _expiration_entries(account, result.expired, *before)
-    sequence = _next_sequence(account)
-    entries.append(
-        VoidEntry(sequence, timestamp, result.available, result.debt, grant_id, result.removed)
-    )
-    change = _change(account, entries)
-    change.removed_grant_ids.extend(e.grant_id for e in result.expired)
-    if result.removed:
-        change.removed_grant_ids.append(grant_id)
+    outcome, change = _write(account, VoidWrite(grant_id, timestamp), None)
+    line = outcome.line
+    assert isinstance(line, VoidLine)
     receipt = VoidReceipt(
         account_id=account_id,
         grant_id=grant_id,
-        sequence=sequence,
+        sequence=line.sequence,
         timestamp=timestamp,
-        amount=result.removed,
-        balance=result.available - result.debt,
-        available=result.available,
-        debt=result.debt,
+        amount=line.amount,
+        balance=outcome.available - outcome.debt,
+        available=outcome.available,
+        debt=outcome.debt,
+        watermark=outcome.watermark,
+        restated=outcome.restated,
     )
     return change, receipt
 
@@ -184,95 +253,128 @@ def consume(
     account: AccountState, amount: int, timestamp: int, resource: str | None = None
 ) -> tuple[Change, ConsumptionReceipt]:
     """Raises ``LedgerError`` and changes nothing then."""
-    tracker = account.tracker
-    before = (tracker.available, tracker.debt)
-    result = tracker.apply_consume(amount, timestamp, resource)
-    entries = _expiration_entries(account, result.expired, *before)
-    sequence = _next_sequence(account)
-    allocation = [
-        AllocationView(a.grant_id, a.expiry, a.amount, _listed(a.resources))
-        for a in result.allocation
-    ]
-    entries.append(
-        ConsumptionEntry(
-            sequence,
-            timestamp,
-            result.available,
-            result.debt,
-            amount=amount,
-            consumed=result.consumed,
-            debt_added=result.debt_added,
-            allocation=result.allocation,
-            resource=resource,
-        )
-    )
-    change = _change(account, entries)
-    change.removed_grant_ids.extend(e.grant_id for e in result.expired)
-    _record_allocation(change, result)
+    outcome, change = _write(account, ConsumeWrite(amount, timestamp, resource), None)
+    line = outcome.line
+    assert isinstance(line, ConsumptionLine)
     receipt = ConsumptionReceipt(
         account_id=account.account_id,
-        sequence=sequence,
+        sequence=line.sequence,
         timestamp=timestamp,
         amount=amount,
-        balance=result.available - result.debt,
-        available=result.available,
-        debt=result.debt,
-        consumed=result.consumed,
-        debt_added=result.debt_added,
-        allocation=allocation,
+        balance=outcome.available - outcome.debt,
+        available=outcome.available,
+        debt=outcome.debt,
+        consumed=line.consumed,
+        debt_added=line.debt_added,
+        allocation=[
+            AllocationView(a.grant_id, a.expiry, a.amount, _listed(a.resources))
+            for a in line.allocation
+        ],
         resource=resource,
+        watermark=outcome.watermark,
+        restated=outcome.restated,
     )
     return change, receipt
 
 
-def view(account_id: str, tracker: GPUCreditTracker, resource: str | None = None) -> BalanceView:
+def set_window(account: AccountState, window: int | None, default_window: int) -> Change:
+    """Give the account its own lateness window (None: the service's again). Lowering it
+    moves the watermark forward and the writes it passes become final; raising it never
+    moves the watermark back (SPEC section 6)."""
+    fold = account.timeline.set_window(default_window if window is None else window)
+    account.window = window
+    return Change(account=_account_row(account), checkpoint=_checkpoint(fold.checkpoints))
+
+
+def view(
+    account_id: str, tracker: GPUCreditTracker, watermark: int, resource: str | None = None
+) -> BalanceView:
     """The account at its clock, in total or for class ``resource``."""
-    return projection(account_id, tracker, tracker.clock, resource)
+    return projection(account_id, tracker, watermark, tracker.clock, resource)
 
 
 def projection(
-    account_id: str, tracker: GPUCreditTracker, timestamp: int, resource: str | None
+    account_id: str,
+    tracker: GPUCreditTracker,
+    watermark: int,
+    timestamp: int,
+    resource: str | None,
 ) -> BalanceView:
     """The account at ``timestamp`` (at or after its clock) if nothing else happens before:
     credits expiring by then no longer count. In total, or for class ``resource`` (the
-    credits a consumption of it could draw, and its own debt)."""
+    credits a consumption of it could draw, and its own debt). Never final: a write at the
+    clock may still come."""
     available = tracker.available_at(timestamp, resource)
     debt = tracker.debt_of(resource)
-    return BalanceView(account_id, timestamp, available - debt, available, debt, resource)
+    return BalanceView(
+        account_id, timestamp, available - debt, available, debt, resource, watermark, False
+    )
 
 
 def read_balance(
-    account_id: str, tracker: GPUCreditTracker, timestamp: int | None, resource: str | None = None
+    account_id: str,
+    tracker: GPUCreditTracker,
+    watermark: int,
+    timestamp: int | None,
+    resource: str | None = None,
 ) -> BalanceView | AsOfRead:
     """A balance read that changes nothing (SPEC section 3). At or after the clock it is the
     projection from the live grants; before it, an ``AsOfRead`` the stored history answers
-    (totals only: a per-class read before the clock is refused, see ``ClassAsOfUnsupported``)."""
-    clock = tracker.clock
+    (``app.service.history``)."""
     if timestamp is None:
-        return view(account_id, tracker, resource)
-    if timestamp < clock:
-        if resource is not None:
-            raise ClassAsOfUnsupported(resource, timestamp, clock)
-        return AsOfRead(account_id, timestamp)
-    return projection(account_id, tracker, timestamp, resource)
+        return view(account_id, tracker, watermark, resource)
+    if timestamp < tracker.clock:
+        return AsOfRead(account_id, timestamp, resource, watermark)
+    return projection(account_id, tracker, watermark, timestamp, resource)
 
 
-def totals_view(account_id: str, timestamp: int, totals: Totals) -> BalanceView:
-    available, debt = totals
-    return BalanceView(account_id, timestamp, available - debt, available, debt)
+def as_of_view(read: AsOfRead, available: int, debt: int) -> BalanceView:
+    """An as-of answer: final when its time is before the watermark (SPEC section 6)."""
+    return BalanceView(
+        read.account_id,
+        read.timestamp,
+        available - debt,
+        available,
+        debt,
+        read.resource,
+        read.watermark,
+        read.timestamp < read.watermark,
+    )
 
 
 def as_of_in_batch(
-    read: AsOfRead, entries: Sequence[Entry], baselines: dict[tuple[str, int], Totals]
+    read: AsOfRead,
+    account: AccountState,
+    entries: Sequence[Entry],
+    baseline: BalanceView | None,
+    watermark_before: int,
+    late: bool,
 ) -> BalanceView:
-    """An as-of read inside a batch: after the batch's last own entry at or before its time,
-    or as the account stood before the batch. ``entries`` are in time order."""
-    index = bisect.bisect_right(entries, read.timestamp, key=lambda e: e.timestamp)
-    if index:
-        totals = (entries[index - 1].available, entries[index - 1].debt)
-    else:
-        totals = baselines[(read.account_id, read.timestamp)]
-    return totals_view(read.account_id, read.timestamp, totals)
+    """An as-of read inside a batch, which sees the batch so far. From the watermark on the
+    timeline answers (the provisional writes are in memory). Before it: as the account stood
+    before the batch (``baseline``, read before the batch began) when the batch's writes
+    cannot have touched that time (it is before the watermark the batch started from), or
+    after the batch's last own entry at or before it when the batch wrote in order (its
+    ``entries`` are in time order then); otherwise (the batch's own late writes made that
+    time final) it is refused: read it after the batch."""
+    timeline = account.timeline
+    timestamp = read.timestamp
+    if timestamp >= timeline.watermark:
+        available, debt = timeline.balance_at(timestamp, read.resource)
+        return as_of_view(replace(read, watermark=timeline.watermark), available, debt)
+    read = replace(read, watermark=timeline.watermark)
+    if timestamp < watermark_before:
+        assert baseline is not None, "read before the batch"
+        return as_of_view(read, baseline.available, baseline.debt)
+    if read.resource is None and not late:
+        index = bisect.bisect_right(entries, timestamp, key=lambda e: e.timestamp)
+        if index:
+            return as_of_view(read, entries[index - 1].available, entries[index - 1].debt)
+        assert baseline is not None, "read before the batch"
+        return as_of_view(read, baseline.available, baseline.debt)
+    raise ClassAsOfUnsupported(
+        read.resource, timestamp, "this batch's own writes made it final; read it after the batch"
+    )
 
 
 def grant_view_of(account_id: str, grant_id: int, entry: Entry | None, remaining: int) -> GrantView:
@@ -313,53 +415,184 @@ def labelled(live: list[LiveGrantView], entries: Mapping[int, GrantEntry]) -> No
             view.metadata = entry.metadata
 
 
-def _next_sequence(account: AccountState) -> int:
-    sequence = account.next_sequence
-    account.next_sequence = sequence + 1
-    return sequence
+def settings_of(account: AccountState) -> AccountSettings:
+    timeline = account.timeline
+    return AccountSettings(
+        account.account_id,
+        timeline.window,
+        account.window is None,
+        timeline.clock,
+        timeline.watermark,
+    )
 
 
-def _expiration_entries(
-    account: AccountState,
-    expired: tuple[Expiration, ...],
-    available_before: int,
-    debt_before: int,
-) -> list[Entry]:
-    entries: list[Entry] = []
-    available = available_before
-    if len(expired) > 1:
-        # The ledger lists the expirations of one timestamp by grant id (their rank, see
-        # app.storage.base.rank_of), so their balances are computed in that order.
-        expired = tuple(sorted(expired, key=lambda e: (e.expiry, e.grant_id)))
-    for e in expired:
-        available -= e.amount
-        entries.append(
-            ExpirationEntry(
-                _next_sequence(account),
-                timestamp=e.expiry,
-                available=available,
-                debt=debt_before,
-                grant_id=e.grant_id,
-                expiry=e.expiry,
-                amount=e.amount,
-                resources=e.resources,
-            )
+def _write(
+    account: AccountState, write: Write, live_room: int | None
+) -> tuple[WriteOutcome, Change]:
+    """One write through the account's timeline, and what storage must make of it: the new
+    entries (sequences after the last one stored, in sequence order), the entries a late
+    write restated or undid, the live grants of the state at the clock, the row, and a
+    checkpoint now and then."""
+    first_new = account.timeline.next_sequence
+    outcome = account.timeline.write(write, live_room=live_room)
+    new: list[Entry] = []
+    restated: list[Entry] = []
+    for line in outcome.upserted:
+        (new if line.sequence >= first_new else restated).append(entry_of(line))
+    new.sort(key=lambda e: e.sequence)
+    change = Change(
+        account=_account_row(account),
+        upserted_live_grants=list(outcome.live_upserted),
+        removed_grant_ids=list(outcome.live_removed),
+        entries=new,
+        restated=restated,
+        removed_sequences=list(outcome.removed),
+        checkpoint=_checkpoint(outcome.checkpoints),
+    )
+    return outcome, change
+
+
+def entry_of(line: Line) -> Entry:
+    """A ledger line as storage keeps it (a grant's label is the service's to add)."""
+    if isinstance(line, GrantLine):
+        return GrantEntry(
+            line.sequence,
+            line.timestamp,
+            line.available,
+            line.debt,
+            grant_id=line.grant_id,
+            amount=line.amount,
+            expiry=line.expiry,
+            settled_debt=line.settled_debt,
+            retained=line.retained,
+            resources=line.resources,
+            revision=line.revision,
         )
-    return entries
+    if isinstance(line, ConsumptionLine):
+        return ConsumptionEntry(
+            line.sequence,
+            line.timestamp,
+            line.available,
+            line.debt,
+            amount=line.amount,
+            consumed=line.consumed,
+            debt_added=line.debt_added,
+            allocation=line.allocation,
+            resource=line.resource,
+            revision=line.revision,
+        )
+    if isinstance(line, VoidLine):
+        return VoidEntry(
+            line.sequence,
+            line.timestamp,
+            line.available,
+            line.debt,
+            line.grant_id,
+            line.amount,
+            revision=line.revision,
+        )
+    return ExpirationEntry(
+        line.sequence,
+        line.timestamp,
+        line.available,
+        line.debt,
+        grant_id=line.grant_id,
+        expiry=line.expiry,
+        amount=line.amount,
+        resources=line.resources,
+        revision=line.revision,
+    )
 
 
-def _change(account: AccountState, entries: list[Entry]) -> Change:
-    t = account.tracker
-    row = AccountRow(
+def line_of(entry: Entry) -> Line:
+    """A stored entry as the timeline's line (to restore provisional writes)."""
+    rank = rank_of(entry)
+    if isinstance(entry, GrantEntry):
+        return GrantLine(
+            entry.sequence,
+            entry.timestamp,
+            rank,
+            entry.available,
+            entry.debt,
+            entry.revision,
+            entry.grant_id,
+            entry.amount,
+            entry.expiry,
+            entry.resources,
+            entry.settled_debt,
+            entry.retained,
+        )
+    if isinstance(entry, ConsumptionEntry):
+        return ConsumptionLine(
+            entry.sequence,
+            entry.timestamp,
+            rank,
+            entry.available,
+            entry.debt,
+            entry.revision,
+            entry.amount,
+            entry.resource,
+            entry.consumed,
+            entry.debt_added,
+            entry.allocation,
+        )
+    if isinstance(entry, VoidEntry):
+        return VoidLine(
+            entry.sequence,
+            entry.timestamp,
+            rank,
+            entry.available,
+            entry.debt,
+            entry.revision,
+            entry.grant_id,
+            entry.amount,
+        )
+    return ExpirationLine(
+        entry.sequence,
+        entry.timestamp,
+        rank,
+        entry.available,
+        entry.debt,
+        entry.revision,
+        entry.grant_id,
+        entry.expiry,
+        entry.amount,
+        entry.resources,
+    )
+
+
+def write_of(entry: WriteEntry) -> SequencedWrite:
+    """A stored write entry as the write it recorded (to replay it)."""
+    if isinstance(entry, GrantEntry):
+        grant_write = GrantWrite(entry.amount, entry.timestamp, entry.expiry, entry.resources)
+        return entry.sequence, entry.grant_id, grant_write
+    if isinstance(entry, ConsumptionEntry):
+        return entry.sequence, None, ConsumeWrite(entry.amount, entry.timestamp, entry.resource)
+    return entry.sequence, None, VoidWrite(entry.grant_id, entry.timestamp)
+
+
+def _checkpoint(checkpoints: Sequence[TimelineCheckpoint]) -> Checkpoint | None:
+    """The newest of a write's checkpoints, as storage keeps it (position: its write's)."""
+    if not checkpoints:
+        return None
+    newest = checkpoints[-1]
+    return Checkpoint((newest.timestamp, newest.sequence), newest.state)
+
+
+def _account_row(account: AccountState) -> AccountRow:
+    timeline = account.timeline
+    t = timeline.current
+    return AccountRow(
         account.account_id,
         t.clock,
         t.debt,
         t.next_grant_id,
-        account.next_sequence,
+        timeline.next_sequence,
         _debt_queue(t),
-        watermark=t.clock,  # a window of 0: every write is final at once
+        timeline.watermark,
+        account.window,
+        timeline.folded_since_checkpoint,
     )
-    return Change(account=row, entries=entries)
 
 
 def _debt_queue(tracker: GPUCreditTracker) -> tuple[Debt, ...]:
@@ -373,15 +606,3 @@ def _debt_queue(tracker: GPUCreditTracker) -> tuple[Debt, ...]:
 
 def _listed(resources: tuple[str, ...] | None) -> list[str] | None:
     return None if resources is None else list(resources)
-
-
-def _record_allocation(change: Change, result: ConsumeResult) -> None:
-    # The result says what each grant drawn from has left: 0 is used up (removed), anything
-    # else is the live grant's new remainder (its key is unchanged).
-    for part, left in zip(result.allocation, result.remaining, strict=True):
-        if left:
-            change.upserted_live_grants.append(
-                LiveGrant(part.grant_id, part.expiry, left, part.resources)
-            )
-        else:
-            change.removed_grant_ids.append(part.grant_id)

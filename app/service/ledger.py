@@ -13,7 +13,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
-from app.domain import GPUCreditTracker, LedgerError, NoLiveRoom
+from app.domain import LedgerError, NoLiveRoom
+from app.domain.timeline import AccountTimeline
 from app.quotas import Quota
 from app.service import journal
 from app.service.commands import (
@@ -26,10 +27,11 @@ from app.service.commands import (
 )
 from app.service.errors import AccountNotFound, ServiceError, ServiceUnavailable
 from app.service.idempotency import BATCH_SCOPE, Encoder, Idempotency
-from app.service.journal import NO_LABEL, AccountState, AsOfRead, Label, Totals
+from app.service.journal import NO_LABEL, AccountState, AsOfRead, Label
 from app.service.limits import Limits
 from app.service.results import (
     AccountPage,
+    AccountSettings,
     Answer,
     BalanceView,
     BatchOutcome,
@@ -187,6 +189,29 @@ class Ledger:
             await uow.commit([change], key)
         return receipt
 
+    async def set_lateness_window(self, account_id: str, window: int | None) -> AccountSettings:
+        """Give an existing account its own lateness window, or (None) the service's again
+        (SPEC section 6). Lowering it moves the watermark forward at once; raising it never
+        moves the watermark back. Unknown accounts are 404 and are not created. Setting the
+        window it already has changes nothing (PUT is idempotent), so it needs no key."""
+        self._check_serving()
+        async with self._port.unit_of_work([account_id]) as uow:
+            account = uow.account(account_id)
+            if account is None:
+                raise AccountNotFound(account_id)
+            change = journal.set_window(account, window, self._limits.lateness_window)
+            await uow.commit([change], None)
+            return journal.settings_of(account)
+
+    async def settings(self, account_id: str) -> AccountSettings:
+        """The account's lateness window and watermark."""
+        self._check_serving()
+        async with self._port.unit_of_work([account_id]) as uow:
+            account = uow.account(account_id)
+            if account is None:
+                raise AccountNotFound(account_id)
+            return journal.settings_of(account)
+
     async def batch(
         self, operations: Sequence[Operation], atomic: bool, idempotency: Idempotency | None
     ) -> BatchOutcome | Replay:
@@ -225,19 +250,23 @@ class Ledger:
         operations: Sequence[Operation],
         atomic: bool,
         accounts: dict[str, AccountState],
-        baselines: dict[tuple[str, int], Totals],
+        baselines: dict[BaselineKey, BalanceView],
         records: dict[tuple[str, int], GrantRecord],
     ) -> tuple[BatchOutcome, list[Change]]:
         """Apply in order, without awaiting anything. ``accounts`` holds the existing
         accounts and gains those the batch creates, in operation order, exactly as single
         requests would. ``baselines`` answers balance reads at a time before the batch's own
         entries (see ``_balance_baselines``)."""
-        saved: dict[str, tuple[GPUCreditTracker, int]] = {}
+        saved: dict[str, tuple[AccountTimeline, int | None]] = {}
         results: list[Result | Exception] = []
         changes: list[Change] = []
         # Each account's entries made by this batch so far, in time order: an as-of read
         # inside the batch may fall among them.
         batch_entries: dict[str, list[Entry]] = {}
+        # Each account's watermark before the batch, and the accounts it wrote late to (their
+        # entries above are then not in time order).
+        watermarks = {a: s.timeline.watermark for a, s in accounts.items()}
+        late: set[str] = set()
         for index, op in enumerate(operations):
             account_id = op.account_id
             try:
@@ -247,8 +276,9 @@ class Ledger:
                         raise AccountNotFound(account_id)
                     account = accounts[account_id] = uow.create(account_id)
                 if atomic and account_id not in saved:
-                    saved[account_id] = (account.tracker.copy(), account.next_sequence)
+                    saved[account_id] = (account.timeline.copy(), account.window)
                 receipt: GrantReceipt | ConsumptionReceipt | VoidReceipt
+                clock_before = account.tracker.clock
                 if isinstance(op, VoidOp):
                     if not account.exists:
                         raise AccountNotFound(account_id)
@@ -268,26 +298,36 @@ class Ledger:
                 else:
                     if not account.exists:
                         raise AccountNotFound(account_id)
+                    timeline = account.timeline
                     view = journal.read_balance(
-                        account_id, account.tracker, op.timestamp, op.resource
+                        account_id, timeline.current, timeline.watermark, op.timestamp, op.resource
                     )
                     if isinstance(view, AsOfRead):
                         view = journal.as_of_in_batch(
-                            view, batch_entries.get(account_id, ()), baselines
+                            view,
+                            account,
+                            batch_entries.get(account_id, ()),
+                            baselines.get((account_id, view.timestamp, view.resource)),
+                            watermarks.get(account_id, 0),
+                            account_id in late,
                         )
                     results.append(view)
                     continue
                 changes.append(change)
                 batch_entries.setdefault(account_id, []).extend(change.entries)
+                if op.timestamp < clock_before:
+                    late.add(account_id)  # accepted behind the clock: entries out of order
                 results.append(receipt)
             except (LedgerError, ServiceError) as exc:
                 if atomic:
-                    for saved_id, (tracker, next_sequence) in saved.items():
+                    for saved_id, (timeline, window) in saved.items():
                         current = accounts[saved_id]
-                        undone = tracker.live_grant_count - current.tracker.live_grant_count
+                        undone = (
+                            timeline.current.live_grant_count - current.tracker.live_grant_count
+                        )
                         uow.count_live(saved_id, undone)
-                        current.tracker = tracker
-                        current.next_sequence = next_sequence
+                        current.timeline = timeline
+                        current.window = window
                     return BatchOutcome(operations, [exc], failed_index=index), []
                 results.append(exc)
         return BatchOutcome(operations, results, failed_index=None), changes
@@ -391,7 +431,11 @@ class Ledger:
         self._check_serving()
         return await self._port.grant_view(account_id, grant_id)
 
-    async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]:
+    async def entries(
+        self, account_id: str, after_sequence: int, limit: int
+    ) -> tuple[list[Entry], int]:
+        """Up to ``limit`` entries in effective order after the entry ``after_sequence`` (0:
+        from the first), and the account's watermark."""
         self._check_serving()
         return await self._port.entries(account_id, after_sequence, limit)
 
@@ -407,32 +451,39 @@ class Ledger:
         return AccountPage(page, page[-1].account_id if len(found) > limit else None)
 
 
+BaselineKey = tuple[str, int, str | None]  # (account, time, class) of a balance read
+
+
 async def _balance_baselines(
     operations: Sequence[Operation],
     accounts: Mapping[str, AccountState],
-    history: Callable[[str, int], Awaitable[Totals]],
-) -> dict[tuple[str, int], Totals]:
-    """Before a batch changes anything: each timed balance read's totals as the account
-    stood before the batch (stored history before the clock, the projection after it;
-    nothing for an account the batch would create). Inside the batch a read earlier than
-    the batch's own entries for its account answers from here, so every I/O a batch needs is
-    done before its first change and a failed read changes nothing."""
-    baselines: dict[tuple[str, int], Totals] = {}
+    history: Callable[[AsOfRead], Awaitable[BalanceView]],
+) -> dict[BaselineKey, BalanceView]:
+    """Before a batch changes anything: each balance read at a time before its account's
+    clock, as the account stood before the batch (nothing for an account the batch would
+    create). Inside the batch, a read the batch's own writes cannot have touched answers from
+    here (see ``journal.as_of_in_batch``), so every I/O a batch needs is done before its first
+    change and a failed read changes nothing."""
+    baselines: dict[BaselineKey, BalanceView] = {}
     for op in operations:
-        if not isinstance(op, BalanceOp) or op.timestamp is None or op.resource is not None:
-            continue  # a class is read from the tracker, never from history
-        where = (op.account_id, op.timestamp)
+        if not isinstance(op, BalanceOp) or op.timestamp is None:
+            continue
+        where = (op.account_id, op.timestamp, op.resource)
         if where in baselines:
             continue
         account = accounts.get(op.account_id)
-        if account is None:
-            baselines[where] = (0, 0)
+        read = AsOfRead(op.account_id, op.timestamp, op.resource, 0)
+        if account is None:  # made by the batch: nothing before it
+            baselines[where] = journal.as_of_view(read, 0, 0)
             continue
-        tracker = account.tracker
-        if op.timestamp < tracker.clock:
-            baselines[where] = await history(op.account_id, op.timestamp)
+        timeline = account.timeline
+        if op.timestamp < timeline.clock:
+            read.watermark = timeline.watermark
+            baselines[where] = await history(read)
         else:
-            baselines[where] = (tracker.available_at(op.timestamp), tracker.debt)
+            baselines[where] = journal.projection(
+                op.account_id, timeline.current, timeline.watermark, op.timestamp, op.resource
+            )
     return baselines
 
 

@@ -26,6 +26,10 @@ class Limits:
     idempotency_ttl_s: float = 24 * 3600.0
     # What a tenant (an API key's account prefix) may hold unless its keys say otherwise.
     tenant_quota: Quota = field(default_factory=lambda: DEFAULT_TENANT_QUOTA)
+    # SPEC section 6: how far behind its clock an account accepts writes, in timestamp units,
+    # unless it has a window of its own; and at most this many provisional writes each.
+    lateness_window: int = 0
+    max_provisional_writes: int = 10_000
 
     def __post_init__(self) -> None:
         assert self.max_accounts >= 1
@@ -33,3 +37,5 @@ class Limits:
         assert self.max_live_grants >= 1
         assert self.max_idempotency_keys >= 1
         assert self.idempotency_ttl_s > 0
+        assert 0 <= self.lateness_window <= 2**53 - 1
+        assert self.max_provisional_writes >= 1

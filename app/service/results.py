@@ -29,6 +29,10 @@ class GrantReceipt:
     name: str | None = None
     metadata: dict[str, str] | None = None
     resources: list[str] | None = None  # sorted; None: unrestricted
+    # SPEC section 6: the account's watermark after the write, and how many later entries
+    # the write restated (a late write; 0 otherwise).
+    watermark: int = 0
+    restated: int = 0
 
 
 @dataclass(slots=True)
@@ -54,6 +58,8 @@ class ConsumptionReceipt:
     debt_added: int
     allocation: list[AllocationView]  # in the order drawn
     resource: str | None = None  # the class it ran on
+    watermark: int = 0
+    restated: int = 0
 
 
 @dataclass(slots=True)
@@ -66,6 +72,8 @@ class VoidReceipt:
     balance: int
     available: int
     debt: int
+    watermark: int = 0
+    restated: int = 0
 
 
 @dataclass(slots=True)
@@ -76,6 +84,21 @@ class BalanceView:
     available: int
     debt: int
     resource: str | None = None  # the class read; None: totals over everything
+    # SPEC section 6: the account's watermark, and whether this state can still change (a
+    # read at a time before the watermark is final; later ones may be restated).
+    watermark: int = 0
+    final: bool = False
+
+
+@dataclass(slots=True)
+class AccountSettings:
+    """An account's lateness window (SPEC section 6) and where its clock and watermark are."""
+
+    account_id: str
+    lateness_window: int  # in force
+    inherited: bool  # True: the service's setting; False: the account's own
+    clock: int
+    watermark: int
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from typing import Protocol
 from app.quotas import Quota
 from app.service.errors import QuotaExceeded
 from app.service.idempotency import Idempotency
-from app.service.journal import AccountState, Totals
+from app.service.journal import AccountState, AsOfRead
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
 from app.storage.base import Change, Entry, GrantEntry, IdempotencyRecord, VoidEntry
 
@@ -56,9 +56,9 @@ class UnitOfWork(Protocol):
         """The account now holds ``delta`` more live grants (negative: fewer)."""
         ...
 
-    async def history(self, account_id: str, timestamp: int) -> Totals:
-        """The committed (available, debt) after the account's last entry at or before
-        ``timestamp`` (an as-of read)."""
+    async def history(self, read: AsOfRead) -> BalanceView:
+        """The committed state of a held account at a time before its clock (an as-of read,
+        see ``app.service.history``)."""
         ...
 
     async def grant_record(
@@ -123,7 +123,12 @@ class LedgerPort(Protocol):
 
     async def grant_view(self, account_id: str, grant_id: int) -> GrantView: ...
 
-    async def entries(self, account_id: str, after_sequence: int, limit: int) -> list[Entry]: ...
+    async def entries(
+        self, account_id: str, after_sequence: int, limit: int
+    ) -> tuple[list[Entry], int]:
+        """A page of the ledger in effective order, and the account's watermark (entries
+        before it are final)."""
+        ...
 
     async def grant_entries(
         self, account_id: str, grant_ids: Sequence[int]

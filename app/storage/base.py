@@ -343,6 +343,14 @@ class StorageBackend(Protocol):
         """The account's latest checkpoint whose position is at or before ``timestamp``."""
         ...
 
+    async def read_replay(
+        self, account_id: str, timestamp: int, limit: int
+    ) -> tuple[Checkpoint | None, list[WriteEntry]]:
+        """From one snapshot: the latest checkpoint at or before ``timestamp`` and up to
+        ``limit`` writes after it with a timestamp <= ``timestamp`` (an as-of read replays
+        them; checkpoints are close enough that ``limit`` is a bound, not a cut)."""
+        ...
+
     async def read_grant_entries(
         self, account_id: str, grant_ids: Sequence[int]
     ) -> dict[int, GrantEntry]:

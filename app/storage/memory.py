@@ -185,6 +185,13 @@ class MemoryStore:
     async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
         return _checkpoint_at(self._checkpoints.get(account_id, []), timestamp)
 
+    async def read_replay(
+        self, account_id: str, timestamp: int, limit: int
+    ) -> tuple[Checkpoint | None, list[WriteEntry]]:
+        checkpoint = _checkpoint_at(self._checkpoints.get(account_id, []), timestamp)
+        after = None if checkpoint is None else checkpoint.position
+        return checkpoint, await self.read_writes(account_id, after, timestamp, limit)
+
     async def read_grant_entries(
         self, account_id: str, grant_ids: Sequence[int]
     ) -> dict[int, GrantEntry]:

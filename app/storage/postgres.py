@@ -690,6 +690,14 @@ class PostgresStore:
         async with self._connection() as conn:
             return await _read_writes(conn, account_id, after, until_timestamp, limit)
 
+    async def read_replay(
+        self, account_id: str, timestamp: int, limit: int
+    ) -> tuple[Checkpoint | None, list[WriteEntry]]:
+        async with self._connection() as conn, conn.transaction(isolation="repeatable_read"):
+            checkpoint = await _read_checkpoint(conn, account_id, timestamp)
+            after = None if checkpoint is None else checkpoint.position
+            return checkpoint, await _read_writes(conn, account_id, after, timestamp, limit)
+
     async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
         async with self._connection() as conn:
             return await _read_checkpoint(conn, account_id, timestamp)

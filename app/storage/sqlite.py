@@ -770,6 +770,27 @@ class SqliteStore:
             self._reader, _read_writes, self._read_conn, account_id, after, until_timestamp, limit
         )
 
+    async def read_replay(
+        self, account_id: str, timestamp: int, limit: int
+    ) -> tuple[Checkpoint | None, list[WriteEntry]]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._reader, self._read_replay, account_id, timestamp, limit
+        )
+
+    def _read_replay(
+        self, account_id: str, timestamp: int, limit: int
+    ) -> tuple[Checkpoint | None, list[WriteEntry]]:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        conn.execute("BEGIN")  # one snapshot for both statements
+        try:
+            checkpoint = _read_checkpoint(conn, account_id, timestamp)
+            after = None if checkpoint is None else checkpoint.position
+            return checkpoint, _read_writes(conn, account_id, after, timestamp, limit)
+        finally:
+            conn.execute("COMMIT")
+
     async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(

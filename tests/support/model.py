@@ -51,14 +51,22 @@ class Account:
     held: list[list[int]] = field(default_factory=list)  # [expiry, grant_id, remaining]
     # grant_id -> (name, metadata) as given (SPEC section 7)
     labels: dict[int, tuple[str | None, dict[str, str] | None]] = field(default_factory=dict)
-    entries: list[JSON] = field(default_factory=list)  # the ledger, as GET .../ledger lists it
+    # The ledger in order, as recorded (``entries`` shows it as GET .../ledger lists it).
+    recorded: list[JSON] = field(default_factory=list)
     # (grant_id, expiry, amount) of the live grants the latest accepted call expired
     expired: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
     def exists(self) -> bool:
         """Whether a write has created the account (every write records an entry)."""
-        return bool(self.entries)
+        return bool(self.recorded)
+
+    @property
+    def entries(self) -> list[JSON]:
+        """The ledger as GET .../ledger lists it: writes in timestamp order here, so no entry
+        is ever restated (revision 0), and with a lateness window of 0 the watermark is the
+        clock: entries before it are final."""
+        return [{**e, "revision": 0, "final": e["timestamp"] < self.clock} for e in self.recorded]
 
     @property
     def available(self) -> int:
@@ -72,7 +80,7 @@ class Account:
         return replace(
             self,
             held=[list(b) for b in self.held],
-            entries=list(self.entries),
+            recorded=list(self.recorded),
             expired=list(self.expired),
             labels=dict(self.labels),
         )
@@ -158,7 +166,7 @@ class Account:
             raise Rejected("invalid")
         if timestamp >= self.clock:
             return self._view(timestamp, self._live_at(timestamp), self.debt)
-        last = [e for e in self.entries if e["timestamp"] <= timestamp]
+        last = [e for e in self.recorded if e["timestamp"] <= timestamp]
         available, debt = (last[-1]["available"], last[-1]["debt"]) if last else (0, 0)
         return self._view(timestamp, available, debt)
 
@@ -216,7 +224,7 @@ class Account:
     def _record(self, kind: str, timestamp: int, **details: Any) -> JSON:
         available = self.available
         entry: JSON = {
-            "sequence": len(self.entries) + 1,
+            "sequence": len(self.recorded) + 1,
             "kind": kind,
             "timestamp": timestamp,
             "balance": available - self.debt,
@@ -224,12 +232,17 @@ class Account:
             "debt": self.debt,
             **details,
         }
-        self.entries.append(entry)
+        self.recorded.append(entry)
         return entry
 
     def _write(self, kind: str, timestamp: int, **details: Any) -> JSON:
         entry = self._record(kind, timestamp, **details)
-        return {"account_id": self.account_id, **{k: v for k, v in entry.items() if k != "kind"}}
+        return {
+            "account_id": self.account_id,
+            **{k: v for k, v in entry.items() if k != "kind"},
+            "watermark": self.clock,  # a lateness window of 0: the clock
+            "restated": 0,
+        }
 
     def _view(self, timestamp: int, available: int, debt: int) -> JSON:
         return {
@@ -239,4 +252,6 @@ class Account:
             "available": available,
             "debt": debt,
             "resource": None,
+            "watermark": self.clock,
+            "final": timestamp < self.clock,
         }

@@ -92,16 +92,47 @@ class Example:
     live_grants: list[JSON]  # GET .../grants at the end: [{grant_id, expiry, remaining}]
     expirations: list[JSON] = field(default_factory=list)  # the ledger's expiration entries
 
+    def __post_init__(self) -> None:
+        """SPEC section 6's members, the same in every example: writes come in timestamp
+        order and the lateness window is 0, so the watermark is the clock (the latest write's
+        timestamp), no write restates anything, and a read before the clock is final."""
+        clock = 0
+        steps: list[Step] = []
+        for step in self.steps:
+            if step.op == "balance":
+                timestamp = step.args["timestamp"]
+                extra: JSON = {"watermark": clock, "final": timestamp < clock}
+            else:
+                clock = step.args["timestamp"]
+                extra = {"watermark": clock, "restated": 0}
+            steps.append(Step(step.op, step.args, step.returns, {**step.answer, **extra}))
+        object.__setattr__(self, "steps", tuple(steps))
+        object.__setattr__(self, "clock", clock)
+
     @property
     def last(self) -> Step:
         return self.steps[-1]
 
     def ledger(self) -> list[JSON]:
         """Every entry of the account's ledger at the end, in sequence order: each write's
-        answer as an entry, and the expirations."""
+        answer as an entry, and the expirations; none restated, final before the clock."""
         kinds = {"grant": "grant", "consume": "consumption"}
-        writes = [{"kind": kinds[s.op], **s.answer} for s in self.steps if s.op in kinds]
-        return sorted([*writes, *self.expirations], key=lambda e: e["sequence"])
+        writes = [
+            {
+                "kind": kinds[s.op],
+                **{k: v for k, v in s.answer.items() if k not in ("watermark", "restated")},
+            }
+            for s in self.steps
+            if s.op in kinds
+        ]
+        clock: int = getattr(self, "clock")  # noqa: B009 (set in __post_init__)
+        return sorted(
+            (
+                {**e, "revision": 0, "final": e["timestamp"] < clock}
+                for e in [*writes, *self.expirations]
+            ),
+            key=lambda e: e["sequence"],
+        )
 
 
 EXAMPLE_1 = Example(

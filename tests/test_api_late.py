@@ -1,0 +1,234 @@
+"""Late events over HTTP (SPEC section 6), on every backend: the lateness window, writes
+accepted behind the clock and placed in effective order, restatements, the watermark and
+final entries, as-of reads, account settings, batches, idempotent replays, restarts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.main import create_app
+from tests.support.api import (
+    ACCOUNT,
+    JSON,
+    all_entries,
+    assert_problem,
+    consume,
+    error_locs,
+    expect,
+    grant,
+    ok,
+    paginate,
+    snapshot,
+    url,
+)
+from tests.support.app_runner import make_settings, running
+
+
+async def set_window(
+    client: httpx.AsyncClient, window: Any, account_id: str = ACCOUNT
+) -> httpx.Response:
+    return await client.put(url(account_id, "settings"), json={"lateness_window": window})
+
+
+async def as_of(client: httpx.AsyncClient, timestamp: int, resource: str | None = None) -> JSON:
+    params = {"timestamp": str(timestamp)}
+    if resource is not None:
+        params["resource"] = resource
+    return ok(await client.get(url(ACCOUNT, "balance"), params=params))
+
+
+async def example_4(client: httpx.AsyncClient) -> list[JSON]:
+    """SPEC Example 4 (W = 10): the answers of its writes, in order."""
+    first = ok(await grant(client, 50, 10, 100), 201)
+    ok(await set_window(client, 10))
+    return [
+        first,
+        ok(await consume(client, 80, 20)),
+        ok(await grant(client, 40, 15, 18), 201),
+        ok(await grant(client, 40, 12, 60), 201),
+    ]
+
+
+async def test_example_4(client: httpx.AsyncClient) -> None:
+    _, consumed, late_2, late_3 = await example_4(client)
+    expect(consumed, {"debt": 30, "debt_added": 30, "watermark": 10, "restated": 0})
+    assert [(a["grant_id"], a["amount"]) for a in consumed["allocation"]] == [(1, 50)]
+    # Grant 2 is effective before the consumption but expires unused at 18.
+    expect(
+        late_2,
+        {"grant_id": 2, "settled_debt": 0, "retained": 40, "restated": 0},
+    )
+    expect(late_2, {"timestamp": 15, "available": 0, "debt": 30, "watermark": 10})
+    # Grant 3 is drawn first by the consumption at 20 (expiry 60), then 40 of grant 1.
+    expect(late_3, {"grant_id": 3, "restated": 1, "available": 10, "debt": 0, "balance": 10})
+    too_late = assert_problem(await consume(client, 5, 9), 409)
+    expect(too_late, {"watermark": 10, "account_timestamp": 20})
+
+    entries = await all_entries(client)
+    assert [(e["kind"], e["timestamp"], e["sequence"]) for e in entries] == [
+        ("grant", 10, 1),
+        ("grant", 12, 5),
+        ("grant", 15, 3),
+        ("expiration", 18, 4),
+        ("consumption", 20, 2),
+    ]
+    restated = entries[-1]
+    expect(restated, {"revision": 1, "consumed": 80, "debt_added": 0, "available": 10})
+    assert [(a["grant_id"], a["amount"]) for a in restated["allocation"]] == [(3, 40), (1, 40)]
+    expect(entries[3], {"grant_id": 2, "amount": 40, "revision": 0})
+    assert [e["final"] for e in entries] == [False] * 5  # the watermark is 10: none before it
+    # Balances after each entry follow effective order.
+    assert [e["available"] for e in entries] == [50, 90, 130, 90, 10]
+    assert await paginate(client, 2) == entries
+
+
+async def test_as_of_reads_see_the_late_writes(client: httpx.AsyncClient) -> None:
+    await example_4(client)
+    expect(await as_of(client, 16), {"available": 130, "debt": 0, "final": False})
+    expect(await as_of(client, 19), {"available": 90, "debt": 0, "watermark": 10})
+    expect(await as_of(client, 11), {"available": 50, "final": False})
+    expect(await as_of(client, 9), {"available": 0, "debt": 0, "final": True})
+    # Per GPU class too: every grant here is unrestricted, so any class sees them all.
+    expect(await as_of(client, 16, "h100"), {"available": 130, "resource": "h100"})
+    expect(await as_of(client, 20, "h100"), {"available": 10, "final": False})
+    expect(await as_of(client, 30), {"available": 10, "final": False})  # a projection
+
+
+async def test_class_scoped_late_consumption_and_as_of(client: httpx.AsyncClient) -> None:
+    body = {"amount": 100, "timestamp": 0, "expiry": 50, "resources": ["h100"]}
+    ok(await client.post(url(ACCOUNT, "grants"), json=body), 201)
+    ok(await set_window(client, 100))
+    ok(await grant(client, 40, 10, 30), 201)  # unrestricted
+    late = ok(
+        await client.post(
+            url(ACCOUNT, "consumptions"), json={"amount": 30, "timestamp": 5, "resource": "a100"}
+        )
+    )
+    # At 5 only the h100 grant exists: an a100 consumption is all debt, which the
+    # unrestricted grant at 10 then settles (restated: it settled nothing before).
+    expect(late, {"debt_added": 30, "restated": 1, "debt": 0, "available": 110})
+    entries = await all_entries(client)
+    expect(entries[2], {"kind": "grant", "timestamp": 10, "settled_debt": 30, "revision": 1})
+    expect(await as_of(client, 7, "a100"), {"available": 0, "debt": 30, "balance": -30})
+    expect(await as_of(client, 7, "h100"), {"available": 100, "debt": 0})
+    expect(await as_of(client, 12, "a100"), {"available": 10, "debt": 0})
+
+
+async def test_a_late_void(client: httpx.AsyncClient) -> None:
+    ok(await grant(client, 100, 0, 50), 201)
+    ok(await set_window(client, 100))
+    ok(await consume(client, 30, 20))
+    voided = ok(await client.post(url(ACCOUNT, "grants/1/void"), json={"timestamp": 10}))
+    # Voided at 10, before the consumption at 20: that now finds nothing and is all debt.
+    expect(voided, {"amount": 100, "restated": 1, "available": 0, "debt": 30})
+    entries = await all_entries(client)
+    assert [(e["kind"], e.get("debt_added")) for e in entries] == [
+        ("grant", None),
+        ("void", None),
+        ("consumption", 30),
+    ]
+
+
+async def test_a_too_late_write_changes_nothing(client: httpx.AsyncClient) -> None:
+    await example_4(client)
+    before = await snapshot(client)
+    for timestamp in (9, 0):
+        problem = assert_problem(await grant(client, 1, timestamp, 100), 409)
+        expect(problem, {"watermark": 10, "account_timestamp": 20})
+        assert_problem(await consume(client, 1, timestamp), 409)
+    assert await snapshot(client) == before
+
+
+async def test_settings_are_read_and_set(client: httpx.AsyncClient) -> None:
+    assert_problem(await set_window(client, 5), 404)  # settings do not create accounts
+    assert_problem(await client.get(url(ACCOUNT, "settings")), 404)
+    ok(await grant(client, 10, 100, 1000), 201)
+    settings = ok(await client.get(url(ACCOUNT, "settings")))
+    assert settings == {
+        "account_id": ACCOUNT,
+        "lateness_window": 0,
+        "inherited": True,
+        "clock": 100,
+        "watermark": 100,
+    }
+    expect(ok(await set_window(client, 50)), {"lateness_window": 50, "inherited": False})
+    ok(await consume(client, 1, 130))
+    expect(ok(await client.get(url(ACCOUNT, "settings"))), {"clock": 130, "watermark": 100})
+    ok(await consume(client, 1, 110))  # late, within the window
+    # Raising the window never moves the watermark back; lowering it moves it forward.
+    expect(ok(await set_window(client, 1000)), {"watermark": 100})
+    expect(ok(await set_window(client, 5)), {"lateness_window": 5, "watermark": 125})
+    assert [e["final"] for e in await all_entries(client)] == [True, True, False]
+    expect(ok(await set_window(client, None)), {"lateness_window": 0, "inherited": True})
+    expect(ok(await client.get(url(ACCOUNT, "settings"))), {"watermark": 130})
+    assert_problem(await consume(client, 1, 129), 409)
+
+
+@pytest.mark.backends("memory")
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"lateness_window": -1}, {"lateness_window": "5"}, {"lateness_window": 2**53}],
+    ids=["missing", "negative", "string", "too-large"],
+)
+async def test_bad_settings_are_422(client: httpx.AsyncClient, body: JSON) -> None:
+    ok(await grant(client, 10, 0, 10), 201)
+    r = await client.put(url(ACCOUNT, "settings"), json=body)
+    assert error_locs(assert_problem(r, 422)) == [["body", "lateness_window"]]
+
+
+async def test_a_replay_returns_the_first_answer_after_restatements(
+    client: httpx.AsyncClient,
+) -> None:
+    ok(await grant(client, 50, 10, 100), 201)
+    ok(await set_window(client, 10))
+    first = ok(await consume(client, 80, 20, key="c-1"))
+    ok(await grant(client, 40, 12, 60), 201)  # restates the consumption
+    again = await consume(client, 80, 20, key="c-1")
+    assert ok(again) == first
+    assert again.headers["Idempotent-Replayed"] == "true"
+    entries = await all_entries(client)
+    expect(entries[-1], {"debt_added": 0, "revision": 1})
+
+
+async def test_late_operations_in_a_batch(client: httpx.AsyncClient) -> None:
+    ok(await grant(client, 50, 10, 100), 201)
+    ok(await set_window(client, 10))
+    ok(await consume(client, 80, 20))
+    operations = [
+        {"op": "grant", "account_id": ACCOUNT, "amount": 40, "timestamp": 12, "expiry": 60},
+        {"op": "balance", "account_id": ACCOUNT, "timestamp": 15},
+        {"op": "consume", "account_id": ACCOUNT, "amount": 5, "timestamp": 9},
+    ]
+    body = ok(await client.post("/v1/batch", json={"operations": operations}))
+    statuses = [r["status"] for r in body["results"]]
+    assert statuses == [201, 200, 409]
+    expect(body["results"][0]["body"], {"restated": 1, "available": 10})
+    expect(body["results"][1]["body"], {"available": 90, "final": False})
+    # Atomic: the too-late consumption undoes the late grant too.
+    before = await snapshot(client)
+    operations[0]["timestamp"] = 13
+    r = await client.post("/v1/batch", json={"operations": operations, "atomic": True})
+    expect(assert_problem(r, 409), {"operation_index": 2})
+    assert await snapshot(client) == before
+
+
+@pytest.mark.backends("sqlite", "postgres")
+async def test_provisional_writes_survive_a_restart(
+    backend: str, tmp_path: Path, new_database_url: Callable[[], str | None]
+) -> None:
+    settings = make_settings(backend, tmp_path / "data", new_database_url())
+    async with running(create_app(settings)) as client:
+        await example_4(client)
+        entries = await all_entries(client)
+    async with running(create_app(settings)) as client:
+        assert await all_entries(client) == entries
+        expect(ok(await client.get(url(ACCOUNT, "settings"))), {"watermark": 10, "clock": 20})
+        # The provisional writes are held again: a late write still restates them.
+        late = ok(await consume(client, 20, 11))  # leaves grant 1 with 30 for the one at 20
+        expect(late, {"restated": 1, "available": 0, "debt": 10})
+        expect((await all_entries(client))[-1], {"kind": "consumption", "revision": 2})
