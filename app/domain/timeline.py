@@ -379,7 +379,7 @@ class AccountTimeline:
             max_live_grants=limits.max_live_grants, max_classes=limits.max_classes
         )
         # Final and current are one object while no write is provisional and until one has
-        # to be (always with a window of 0); see ``_split``.
+        # to be (always with a window of 0); see ``_in_order``.
         self._current = self._final
         self._clock = 0
         self._watermark = 0
@@ -678,12 +678,16 @@ class AccountTimeline:
     def _in_order(self, write: Write, live_room: int | None) -> WriteOutcome:
         """A write at or after the clock that stays provisional: applied to the current
         tracker, appended, then whatever the moved watermark passes folds."""
-        if self._current is self._final:
-            self._split()
         tracker = self._current
+        if tracker is self._final:
+            # The first write that stays provisional: the current tracker becomes a copy, so
+            # the final one can stay behind (O(n), once per split; kept only if it succeeds).
+            assert self.provisional_count == 0
+            tracker = tracker.copy()
         result, lines, upserted, removed = _apply_in_order(
             tracker, write, live_room, self._next_sequence
         )
+        self._current = tracker
         own = lines[-1]
         assert not isinstance(own, ExpirationLine)
         self._next_sequence = own.sequence + 1
@@ -715,13 +719,6 @@ class AccountTimeline:
         end = len(self._pending)
         if end - last >= self._replay_spacing(self._current):
             self._marks.append((end, self._current.copy()))
-
-    def _split(self) -> None:
-        """The first write that stays provisional: the current tracker becomes a copy, so
-        the final one can stay behind (O(n), once per account and window > 0)."""
-        assert self._current is self._final
-        assert self.provisional_count == 0
-        self._current = self._final.copy()
 
     # -- internals: late writes ------------------------------------------------------------
 
