@@ -738,35 +738,36 @@ class AccountTimeline:
         # The new write first, then the ones after it, each with its lines recomputed.
         marks = [m for m in self._marks if m[0] <= index]
         last_mark = marks[-1][0] if marks else self._head
+        spacing = self._replay_spacing(tracker)  # once: n moves little within one replay
+        suffix = pending[index:]
+        old = [line for p in suffix for line in p.lines]
+        restater = _Restater(old, self._next_sequence)
         before_available, before_debt = tracker.available, tracker.debt
         grant_id = self.next_grant_id if type(write) is GrantWrite else 0
         result = _apply(tracker, write, grant_id or None)
         new = _Pending(0, grant_id, _normalised(write, result), ())
-        drafts = [_draft_group(new, result, before_available, before_debt)]
-        suffix = pending[index:]
+        groups = [restater.group(new, result, before_available, before_debt)]
         for offset, p in enumerate(suffix):
-            if index + offset + 1 - last_mark >= self._replay_spacing(tracker):
+            if index + offset + 1 - last_mark >= spacing:
                 last_mark = index + offset + 1
                 marks.append((last_mark, tracker.copy()))
             before_available, before_debt = tracker.available, tracker.debt
             result = _apply(tracker, p.write, p.grant_id or None)
-            drafts.append(_draft_group(p, result, before_available, before_debt))
+            groups.append(restater.group(p, result, before_available, before_debt))
         end = index + len(suffix) + 1
-        if end - last_mark >= self._replay_spacing(tracker):
+        if end - last_mark >= spacing:
             marks.append((end, tracker.copy()))
         # Live grants: only grants some line before or after touched can differ.
-        old = [line for p in suffix for line in p.lines]
-        touched = _grants_touched(old, drafts)
+        touched = _grants_touched(old, groups)
         old_live = self._current.live_grants_of(touched)
         new_live = tracker.live_grants_of(touched)
         if live_room is not None:
             grown = tracker.live_grant_count - self._current.live_grant_count
             if grown > live_room:
                 raise NoLiveRoom()
-        # Everything succeeded: number the new lines and swap the replay in.
-        groups, upserted, removed, restated, self._next_sequence = _diff(
-            old, drafts, self._next_sequence
-        )
+        # Everything succeeded: swap the replay in.
+        upserted, removed, restated = restater.finish()
+        self._next_sequence = restater.next_sequence
         own = groups[0][-1]
         assert not isinstance(own, ExpirationLine)
         new.sequence = own.sequence
@@ -1184,46 +1185,81 @@ def _draft_group(
     return lines
 
 
-def _diff(
-    old: list[Line], drafts: list[list[Line]], next_sequence: int
-) -> tuple[list[tuple[Line, ...]], tuple[Line, ...], tuple[int, ...], int, int]:
-    """Match the recomputed groups against the old lines after the insertion point: same
-    identity and content keeps the old line; a changed balance keeps its revision; a changed
-    effect is a restatement (revision + 1); no old line is a new one (numbered from
-    ``next_sequence`` in listing order); old lines left over are removed (and restated).
-    Return (groups, upserted, removed, restated, the next sequence)."""
-    before = {_identity(line): line for line in old}
-    groups: list[tuple[Line, ...]] = []
-    upserted: list[Line] = []
-    restated = 0
-    sequence = next_sequence
-    for drafted in drafts:
-        group: list[Line] = []
-        for draft in drafted:
-            previous = before.pop(_identity(draft), None)  # the new write's (0): none
-            if previous is None:
-                line = _renumbered(draft, sequence)
-                sequence += 1
-                upserted.append(line)
-            elif previous.effect() != draft.effect():
-                line = draft._replace(sequence=previous.sequence, revision=previous.revision + 1)
-                restated += 1
-                upserted.append(line)
-            elif (previous.available, previous.debt) != (draft.available, draft.debt):
-                line = draft._replace(sequence=previous.sequence, revision=previous.revision)
-                upserted.append(line)
+class _Restater:
+    """The lines of a replay after a late write, built once each against the old ones:
+    same identity and content keeps the old line object; a changed balance after it keeps
+    its revision; a changed effect is a restatement (revision + 1); no old line is a new
+    one, numbered from ``next_sequence`` in listing order. ``finish`` reports the old lines
+    left over as removed (and counts them as restated)."""
+
+    __slots__ = ("before", "next_sequence", "restated", "upserted")
+
+    def __init__(self, old: list[Line], next_sequence: int) -> None:
+        self.before = {_identity(line): line for line in old}
+        self.next_sequence = next_sequence
+        self.upserted: list[Line] = []
+        self.restated = 0
+
+    def group(
+        self, pending: _Pending, result: _Result, available: int, debt: int
+    ) -> tuple[Line, ...]:
+        """The group of a replayed write (its sequence 0: the write being accepted)."""
+        before = self.before
+        lines: list[Line] = []
+        for e in result.expired:  # (expiry, grant) order: listing order
+            available -= e.amount
+            prev = before.pop(-e.grant_id, None)
+            assert prev is None or type(prev) is ExpirationLine
+            if prev is not None and prev.amount == e.amount:
+                if prev.available == available and prev.debt == debt:
+                    lines.append(prev)
+                    continue
+                sequence, revision = prev.sequence, prev.revision
+            elif prev is not None:
+                sequence, revision = prev.sequence, prev.revision + 1
+                self.restated += 1
             else:
-                line = previous
-            group.append(line)
-        groups.append(tuple(group))
-    removed = tuple(sorted(line.sequence for line in before.values()))
-    return groups, tuple(upserted), removed, restated + len(removed), sequence
+                sequence, revision = self.next_sequence, 0
+                self.next_sequence += 1
+            line: Line = ExpirationLine(
+                sequence, e.expiry, e.grant_id - EXPIRATION_RANK_BASE, available, debt, revision,
+                e.grant_id, e.expiry, e.amount, e.resources,
+            )  # fmt: skip
+            lines.append(line)
+            self.upserted.append(line)
+        write = pending.write
+        sequence = pending.sequence
+        prev = before.pop(sequence, None) if sequence else None
+        if sequence == 0:
+            sequence = self.next_sequence
+            self.next_sequence += 1
+        if type(result) is ConsumeResult:
+            assert type(write) is ConsumeWrite
+            line = _consumption_line(write, result, sequence, 0)
+        elif type(result) is GrantResult:
+            assert type(write) is GrantWrite
+            line = _grant_line(write, result, sequence, 0)
+        else:
+            assert type(result) is VoidResult
+            assert type(write) is VoidWrite
+            line = _void_line(write, result, sequence, 0)
+        if prev is not None:
+            if prev.effect() != line.effect():
+                line = line._replace(revision=prev.revision + 1)
+                self.restated += 1
+            elif prev.available == line.available and prev.debt == line.debt:
+                lines.append(prev)
+                return tuple(lines)
+            elif prev.revision:
+                line = line._replace(revision=prev.revision)
+        lines.append(line)
+        self.upserted.append(line)
+        return tuple(lines)
 
-
-def _renumbered(draft: Line, sequence: int) -> Line:
-    if type(draft) is ExpirationLine:
-        return draft._replace(sequence=sequence)
-    return draft._replace(sequence=sequence, rank=sequence)
+    def finish(self) -> tuple[tuple[Line, ...], tuple[int, ...], int]:
+        """(upserted, removed, restated) once every group is built."""
+        removed = tuple(sorted(line.sequence for line in self.before.values()))
+        return tuple(self.upserted), removed, self.restated + len(removed)
 
 
 def _identity(line: Line) -> int:
@@ -1262,10 +1298,10 @@ def _normalised(write: Write, result: _Result) -> Write:
     return write
 
 
-def _grants_touched(old: list[Line], drafts: list[list[Line]]) -> set[int]:
+def _grants_touched(old: list[Line], groups: list[tuple[Line, ...]]) -> set[int]:
     """Grants whose live remainder a write in these lines may have changed."""
     touched: set[int] = set()
-    for line in old + [d for g in drafts for d in g]:
+    for line in old + [line for group in groups for line in group]:
         if isinstance(line, ConsumptionLine):
             touched.update(a.grant_id for a in line.allocation)
         elif not isinstance(line, VoidLine) or line.amount:
