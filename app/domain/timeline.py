@@ -1037,56 +1037,76 @@ def _apply_in_order(
 ) -> tuple[_Result, tuple[Line, ...], tuple[LiveGrant, ...], tuple[int, ...]]:
     """Apply a write in order (the tracker gives a grant the next id) and return the result,
     its lines (its expiration lines, then its own, numbered from ``sequence``) and the live
-    grants it changed, from the tracker's result alone: O(log n) (the hot path)."""
-    available, debt = tracker.available, tracker.debt
-    result: _Result
-    if type(write) is ConsumeWrite:
-        result = tracker.apply_consume(write.amount, write.timestamp, write.resource)
-    elif type(write) is GrantWrite:
-        result = tracker.apply_grant(
-            write.amount, write.timestamp, write.expiry, live_room, resources=write.resources
-        )
-    else:
-        assert type(write) is VoidWrite
-        result = tracker.apply_void(write.grant_id, write.timestamp)
-    expired = result.expired
-    if expired:
-        lines: list[Line] = _expiration_lines(expired, sequence, available, debt)
-        sequence += len(expired)
-        removed: list[int] = [e.grant_id for e in expired]
-    else:
-        lines = []
-        removed = []
-    upserted: tuple[LiveGrant, ...] = _NO_LIVE
+    grants it changed, from the tracker's result alone: O(log n). The hot path of every
+    account, so one branch per kind, and the totals before the write (where the balance
+    chain of expiration lines starts) are worked back from the result, only when something
+    expired."""
     timestamp = write.timestamp
-    if type(result) is ConsumeResult:
-        assert type(write) is ConsumeWrite
-        lines.append(_consumption_line(write, result, sequence, 0))
-        left = result.remaining[-1] if result.remaining else 0
-        for part, rest in zip(result.allocation, result.remaining, strict=True):
-            if not rest:
-                removed.append(part.grant_id)
-        if left:  # only the last grant drawn can be left partly drawn: it is first now
-            first = tracker.first_live_grant(write.resource)
-            assert first is not None
-            assert first.grant_id == result.allocation[-1].grant_id
-            upserted = (first,)
-    elif type(result) is GrantResult:
-        assert type(write) is GrantWrite
-        lines.append(_grant_line(write, result, sequence, 0))
-        if result.retained:
+    upserted: tuple[LiveGrant, ...] = _NO_LIVE
+    removed: tuple[int, ...] = _NO_IDS
+    if type(write) is ConsumeWrite:
+        consumed = tracker.apply_consume(write.amount, timestamp, write.resource)
+        expired = consumed.expired
+        first = sequence + len(expired)
+        own: Line = ConsumptionLine(
+            first, timestamp, first, consumed.available, consumed.debt, 0, write.amount,
+            write.resource, consumed.consumed, consumed.debt_added, consumed.allocation,
+        )  # fmt: skip
+        allocation = consumed.allocation
+        if allocation:
+            # Every grant drawn but the last is used up; the last may be left partly drawn,
+            # and is then the first a consumption of this class draws.
+            if consumed.remaining[-1]:
+                removed = tuple(part.grant_id for part in allocation[:-1])
+                partly = tracker.first_live_grant(write.resource)
+                assert partly is not None
+                assert partly.grant_id == allocation[-1].grant_id
+                upserted = (partly,)
+            else:
+                removed = tuple(part.grant_id for part in allocation)
+        result: _Result = consumed
+        if expired:
+            available = consumed.available + consumed.consumed
+            debt = consumed.debt - consumed.debt_added
+    elif type(write) is GrantWrite:
+        granted = tracker.apply_grant(
+            write.amount, timestamp, write.expiry, live_room, resources=write.resources
+        )
+        expired = granted.expired
+        first = sequence + len(expired)
+        own = GrantLine(
+            first, timestamp, first, granted.available, granted.debt, 0, granted.grant_id,
+            write.amount, write.expiry, granted.resources, granted.settled_debt, granted.retained,
+        )  # fmt: skip
+        if granted.retained:
             upserted = (
                 LiveGrant(
-                    result.grant_id, write.expiry, result.retained, result.resources, timestamp
+                    granted.grant_id, write.expiry, granted.retained, granted.resources, timestamp
                 ),
             )
+        result = granted
+        if expired:
+            available = granted.available - granted.retained
+            debt = granted.debt + granted.settled_debt
     else:
-        assert type(result) is VoidResult
         assert type(write) is VoidWrite
-        lines.append(_void_line(write, result, sequence, 0))
-        if result.removed:
-            removed.append(result.grant_id)
-    return result, tuple(lines), upserted, tuple(removed) if removed else _NO_IDS
+        voided = tracker.apply_void(write.grant_id, timestamp)
+        expired = voided.expired
+        first = sequence + len(expired)
+        own = _void_line(write, voided, first, 0)
+        if voided.removed:
+            removed = (voided.grant_id,)
+        result = voided
+        if expired:
+            available = voided.available + voided.removed
+            debt = voided.debt
+    if not expired:
+        return result, (own,), upserted, removed
+    gone = [e.grant_id for e in expired]
+    available += sum(e.amount for e in expired)
+    lines = _expiration_lines(expired, sequence, available, debt)
+    lines.append(own)
+    return result, tuple(lines), upserted, (*gone, *removed)
 
 
 def _expiration_lines(
