@@ -21,8 +21,9 @@ Design:
   each produced (its group: the expiration lines it made appear, then its own line). The
   CURRENT tracker is final + provisional. Every read and answer at ``C`` comes from it.
 - ``W = 0`` (the default, every account today): every write folds as soon as it is accepted,
-  so final and current are one tracker object, there is no provisional list and no
-  checkpoint copy: a write is the tracker call, its lines and its answer, nothing more.
+  so final and current are one tracker object, there is no provisional list and no replay
+  mark: a write is the tracker call, its lines and its answer (and, every K writes, a stored
+  checkpoint, below), nothing more.
   ``W > 0``: the trackers split (one O(n) copy, at the first write that stays provisional)
   and every write is applied twice, once to the current tracker when it is accepted and
   once to the final one when it folds: amortised O(log n) each, twice the memory.
@@ -35,10 +36,11 @@ Design:
   live grants / 8)``; a late write copies the nearest mark at or before its position, replays
   the writes from there (at most ``K_p`` whose lines are unchanged, then itself and every
   write after it, recomputing their lines and re-making the marks after it), and diffs the
-  lines after its position against the old ones. Cost O((following writes + K_p) log n + n):
-  the copy is O(n), marks cost O(n / K_p) = O(8) per write replayed, amortised. Memory: at
-  most ``max_provisional / K_p`` marks of n entries, so about ``8 * max_provisional``
-  entries however large n is (plus n * 1/64 of that for tiny accounts).
+  lines after its position against the old ones, building each line once (or keeping the
+  old object when nothing changed). Cost O((following writes + K_p) log n + n): the copy
+  is O(n), marks cost O(n / K_p) = O(8) entries per write replayed, amortised. Memory: at
+  most ``P / K_p`` marks of n entries each for P provisional writes, and n / K_p <= 8, so
+  at most about ``8 * max_provisional`` entries however large n is.
 - Folding: as ``C`` moves, ``M`` moves, and the provisional writes with timestamp ``<= M``
   are applied to the final tracker in order (the marks before them are dropped). Past
   ``max_provisional`` provisional writes (SPEC: 10,000), the oldest are folded early and
@@ -60,6 +62,8 @@ right after it in that order (``available``, ``debt``) and a ``revision``. A wri
 exists from its arrival; an expiration line exists while some write's timestamp reaches the
 grant's expiry with credits of it left (lazy, stamped with the expiry, as the tracker has
 always done). Within one write's group the expiration lines come first, by (expiry, grant).
+The new lines of one answer are numbered in listing order, so an in-order write's expiration
+lines get the sequences just before its own, as the journal has always numbered them.
 
 What a late write reports. ``upserted``: every line that is new, or whose effect, balance
 after or revision changed (storage writes them). ``removed``: the sequences of lines that no
@@ -70,6 +74,11 @@ Example 4: the late grant 2 restates 0). An expiration line is identified by its
 grant expires at most once); one removed by a late write and made to appear again by a
 later one is a NEW line with a new sequence and revision 0: sequences are never reused, so
 storage needs no tombstones and a client never sees a sequence come back.
+
+Reads (``balance_at``, change nothing). At or after ``C``: the projection from the current
+tracker. From ``M`` to ``C``: a total is the balance after the last line at or before T (a
+bisect and a look at one group: O(log P)); a class read copies the nearest replay mark and
+replays up to K_p writes. Before ``M``: the service's stored checkpoints and ``replay``.
 
 Refusals. A write before the watermark raises ``TooLate``. A late write that is valid at its
 position but makes a later write invalid when replayed (``TotalOverflow``, ``ClassLimit``,
