@@ -228,8 +228,9 @@ def main() -> None:
     scoped = make_scoped_calls(calls_n, live_n)
     plain = unscoped(scoped)
 
-    core_big = best_of(runs, lambda: run_tracker(GPUCreditTracker, big))
-    bare_big = best_of(runs, lambda: run_bare_heapq(big))
+    core_big, bare_big = best_of_pair(
+        runs + 2, lambda: run_tracker(GPUCreditTracker, big), lambda: run_bare_heapq(big)
+    )
     scoped_big, plain_big = best_of_pair(
         runs + 2, lambda: run_scoped(scoped), lambda: run_scoped(plain)
     )

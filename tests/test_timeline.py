@@ -350,6 +350,16 @@ def test_expiration_lines_of_one_write_by_expiry_then_grant() -> None:
     ]
 
 
+def test_expiration_lines_at_one_expiry_by_arrival_id_after_a_late_grant() -> None:
+    run = Run(window=10)
+    run.write(GrantWrite(5, 20, 30))  # grant 1
+    run.write(GrantWrite(6, 15, 30))  # grant 2, late: before grant 1 in the heap
+    outcome = run.write(ConsumeWrite(1, 30))  # in order, on the replayed tracker
+    assert outcome is not None
+    expirations = [line for line in outcome.upserted if isinstance(line, ExpirationLine)]
+    assert [(e.grant_id, e.available) for e in expirations] == [(1, 6), (2, 0)]
+
+
 # -- the watermark, folding and the bound ----------------------------------------------------
 
 

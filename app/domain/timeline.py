@@ -21,8 +21,9 @@ Design:
   each produced (its group: the expiration lines it made appear, then its own line). The
   CURRENT tracker is final + provisional. Every read and answer at ``C`` comes from it.
 - ``W = 0`` (the default, every account today): every write folds as soon as it is accepted,
-  so final and current are one tracker object, there is no provisional list and no
-  checkpoint copy: a write is the tracker call, its lines and its answer, nothing more.
+  so final and current are one tracker object, there is no provisional list and no replay
+  mark: a write is the tracker call, its lines and its answer (and, every K writes, a stored
+  checkpoint, below), nothing more.
   ``W > 0``: the trackers split (one O(n) copy, at the first write that stays provisional)
   and every write is applied twice, once to the current tracker when it is accepted and
   once to the final one when it folds: amortised O(log n) each, twice the memory.
@@ -35,10 +36,11 @@ Design:
   live grants / 8)``; a late write copies the nearest mark at or before its position, replays
   the writes from there (at most ``K_p`` whose lines are unchanged, then itself and every
   write after it, recomputing their lines and re-making the marks after it), and diffs the
-  lines after its position against the old ones. Cost O((following writes + K_p) log n + n):
-  the copy is O(n), marks cost O(n / K_p) = O(8) per write replayed, amortised. Memory: at
-  most ``max_provisional / K_p`` marks of n entries, so about ``8 * max_provisional``
-  entries however large n is (plus n * 1/64 of that for tiny accounts).
+  lines after its position against the old ones, building each line once (or keeping the
+  old object when nothing changed). Cost O((following writes + K_p) log n + n): the copy
+  is O(n), marks cost O(n / K_p) = O(8) entries per write replayed, amortised. Memory: at
+  most ``P / K_p`` marks of n entries each for P provisional writes, and n / K_p <= 8, so
+  at most about ``8 * max_provisional`` entries however large n is.
 - Folding: as ``C`` moves, ``M`` moves, and the provisional writes with timestamp ``<= M``
   are applied to the final tracker in order (the marks before them are dropped). Past
   ``max_provisional`` provisional writes (SPEC: 10,000), the oldest are folded early and
@@ -60,6 +62,8 @@ right after it in that order (``available``, ``debt``) and a ``revision``. A wri
 exists from its arrival; an expiration line exists while some write's timestamp reaches the
 grant's expiry with credits of it left (lazy, stamped with the expiry, as the tracker has
 always done). Within one write's group the expiration lines come first, by (expiry, grant).
+The new lines of one answer are numbered in listing order, so an in-order write's expiration
+lines get the sequences just before its own, as the journal has always numbered them.
 
 What a late write reports. ``upserted``: every line that is new, or whose effect, balance
 after or revision changed (storage writes them). ``removed``: the sequences of lines that no
@@ -70,6 +74,11 @@ Example 4: the late grant 2 restates 0). An expiration line is identified by its
 grant expires at most once); one removed by a late write and made to appear again by a
 later one is a NEW line with a new sequence and revision 0: sequences are never reused, so
 storage needs no tombstones and a client never sees a sequence come back.
+
+Reads (``balance_at``, change nothing). At or after ``C``: the projection from the current
+tracker. From ``M`` to ``C``: a total is the balance after the last line at or before T (a
+bisect and a look at one group: O(log P)); a class read copies the nearest replay mark and
+replays up to K_p writes. Before ``M``: the service's stored checkpoints and ``replay``.
 
 Refusals. A write before the watermark raises ``TooLate``. A late write that is valid at its
 position but makes a later write invalid when replayed (``TotalOverflow``, ``ClassLimit``,
@@ -379,7 +388,7 @@ class AccountTimeline:
             max_live_grants=limits.max_live_grants, max_classes=limits.max_classes
         )
         # Final and current are one object while no write is provisional and until one has
-        # to be (always with a window of 0); see ``_split``.
+        # to be (always with a window of 0); see ``_in_order``.
         self._current = self._final
         self._clock = 0
         self._watermark = 0
@@ -700,12 +709,16 @@ class AccountTimeline:
     def _in_order(self, write: Write, live_room: int | None) -> WriteOutcome:
         """A write at or after the clock that stays provisional: applied to the current
         tracker, appended, then whatever the moved watermark passes folds."""
-        if self._current is self._final:
-            self._split()
         tracker = self._current
+        if tracker is self._final:
+            # The first write that stays provisional: the current tracker becomes a copy, so
+            # the final one can stay behind (O(n), once per split; kept only if it succeeds).
+            assert self.provisional_count == 0
+            tracker = tracker.copy()
         result, lines, upserted, removed = _apply_in_order(
             tracker, write, live_room, self._next_sequence
         )
+        self._current = tracker
         own = lines[-1]
         assert not isinstance(own, ExpirationLine)
         self._next_sequence = own.sequence + 1
@@ -738,13 +751,6 @@ class AccountTimeline:
         if end - last >= self._replay_spacing(self._current):
             self._marks.append((end, self._current.copy()))
 
-    def _split(self) -> None:
-        """The first write that stays provisional: the current tracker becomes a copy, so
-        the final one can stay behind (O(n), once per account and window > 0)."""
-        assert self._current is self._final
-        assert self.provisional_count == 0
-        self._current = self._final.copy()
-
     # -- internals: late writes ------------------------------------------------------------
 
     def _late(self, write: Write, live_room: int | None) -> WriteOutcome:
@@ -763,35 +769,36 @@ class AccountTimeline:
         # The new write first, then the ones after it, each with its lines recomputed.
         marks = [m for m in self._marks if m[0] <= index]
         last_mark = marks[-1][0] if marks else self._head
+        spacing = self._replay_spacing(tracker)  # once: n moves little within one replay
+        suffix = pending[index:]
+        old = [line for p in suffix for line in p.lines]
+        restater = _Restater(old, self._next_sequence)
         before_available, before_debt = tracker.available, tracker.debt
         grant_id = self.next_grant_id if type(write) is GrantWrite else 0
         result = _apply(tracker, write, grant_id or None)
         new = _Pending(0, grant_id, _normalised(write, result), ())
-        drafts = [_draft_group(new, result, before_available, before_debt)]
-        suffix = pending[index:]
+        groups = [restater.group(new, result, before_available, before_debt)]
         for offset, p in enumerate(suffix):
-            if index + offset + 1 - last_mark >= self._replay_spacing(tracker):
+            if index + offset + 1 - last_mark >= spacing:
                 last_mark = index + offset + 1
                 marks.append((last_mark, tracker.copy()))
             before_available, before_debt = tracker.available, tracker.debt
             result = _apply(tracker, p.write, p.grant_id or None)
-            drafts.append(_draft_group(p, result, before_available, before_debt))
+            groups.append(restater.group(p, result, before_available, before_debt))
         end = index + len(suffix) + 1
-        if end - last_mark >= self._replay_spacing(tracker):
+        if end - last_mark >= spacing:
             marks.append((end, tracker.copy()))
         # Live grants: only grants some line before or after touched can differ.
-        old = [line for p in suffix for line in p.lines]
-        touched = _grants_touched(old, drafts)
+        touched = _grants_touched(old, groups)
         old_live = self._current.live_grants_of(touched)
         new_live = tracker.live_grants_of(touched)
         if live_room is not None:
             grown = tracker.live_grant_count - self._current.live_grant_count
             if grown > live_room:
                 raise NoLiveRoom()
-        # Everything succeeded: number the new lines and swap the replay in.
-        groups, upserted, removed, restated, self._next_sequence = _diff(
-            old, drafts, self._next_sequence
-        )
+        # Everything succeeded: swap the replay in.
+        upserted, removed, restated = restater.finish()
+        self._next_sequence = restater.next_sequence
         own = groups[0][-1]
         assert not isinstance(own, ExpirationLine)
         new.sequence = own.sequence
@@ -1061,56 +1068,76 @@ def _apply_in_order(
 ) -> tuple[_Result, tuple[Line, ...], tuple[LiveGrant, ...], tuple[int, ...]]:
     """Apply a write in order (the tracker gives a grant the next id) and return the result,
     its lines (its expiration lines, then its own, numbered from ``sequence``) and the live
-    grants it changed, from the tracker's result alone: O(log n) (the hot path)."""
-    available, debt = tracker.available, tracker.debt
-    result: _Result
-    if type(write) is ConsumeWrite:
-        result = tracker.apply_consume(write.amount, write.timestamp, write.resource)
-    elif type(write) is GrantWrite:
-        result = tracker.apply_grant(
-            write.amount, write.timestamp, write.expiry, live_room, resources=write.resources
-        )
-    else:
-        assert type(write) is VoidWrite
-        result = tracker.apply_void(write.grant_id, write.timestamp)
-    expired = result.expired
-    if expired:
-        lines: list[Line] = _expiration_lines(expired, sequence, available, debt)
-        sequence += len(expired)
-        removed: list[int] = [e.grant_id for e in expired]
-    else:
-        lines = []
-        removed = []
-    upserted: tuple[LiveGrant, ...] = _NO_LIVE
+    grants it changed, from the tracker's result alone: O(log n). The hot path of every
+    account, so one branch per kind, and the totals before the write (where the balance
+    chain of expiration lines starts) are worked back from the result, only when something
+    expired."""
     timestamp = write.timestamp
-    if type(result) is ConsumeResult:
-        assert type(write) is ConsumeWrite
-        lines.append(_consumption_line(write, result, sequence, 0))
-        left = result.remaining[-1] if result.remaining else 0
-        for part, rest in zip(result.allocation, result.remaining, strict=True):
-            if not rest:
-                removed.append(part.grant_id)
-        if left:  # only the last grant drawn can be left partly drawn: it is first now
-            first = tracker.first_live_grant(write.resource)
-            assert first is not None
-            assert first.grant_id == result.allocation[-1].grant_id
-            upserted = (first,)
-    elif type(result) is GrantResult:
-        assert type(write) is GrantWrite
-        lines.append(_grant_line(write, result, sequence, 0))
-        if result.retained:
+    upserted: tuple[LiveGrant, ...] = _NO_LIVE
+    removed: tuple[int, ...] = _NO_IDS
+    if type(write) is ConsumeWrite:
+        consumed = tracker.apply_consume(write.amount, timestamp, write.resource)
+        expired = consumed.expired
+        first = sequence + len(expired)
+        own: Line = ConsumptionLine(
+            first, timestamp, first, consumed.available, consumed.debt, 0, write.amount,
+            write.resource, consumed.consumed, consumed.debt_added, consumed.allocation,
+        )  # fmt: skip
+        allocation = consumed.allocation
+        if allocation:
+            # Every grant drawn but the last is used up; the last may be left partly drawn,
+            # and is then the first a consumption of this class draws.
+            if consumed.remaining[-1]:
+                removed = tuple(part.grant_id for part in allocation[:-1])
+                partly = tracker.first_live_grant(write.resource)
+                assert partly is not None
+                assert partly.grant_id == allocation[-1].grant_id
+                upserted = (partly,)
+            else:
+                removed = tuple(part.grant_id for part in allocation)
+        result: _Result = consumed
+        if expired:
+            available = consumed.available + consumed.consumed
+            debt = consumed.debt - consumed.debt_added
+    elif type(write) is GrantWrite:
+        granted = tracker.apply_grant(
+            write.amount, timestamp, write.expiry, live_room, resources=write.resources
+        )
+        expired = granted.expired
+        first = sequence + len(expired)
+        own = GrantLine(
+            first, timestamp, first, granted.available, granted.debt, 0, granted.grant_id,
+            write.amount, write.expiry, granted.resources, granted.settled_debt, granted.retained,
+        )  # fmt: skip
+        if granted.retained:
             upserted = (
                 LiveGrant(
-                    result.grant_id, write.expiry, result.retained, result.resources, timestamp
+                    granted.grant_id, write.expiry, granted.retained, granted.resources, timestamp
                 ),
             )
+        result = granted
+        if expired:
+            available = granted.available - granted.retained
+            debt = granted.debt + granted.settled_debt
     else:
-        assert type(result) is VoidResult
         assert type(write) is VoidWrite
-        lines.append(_void_line(write, result, sequence, 0))
-        if result.removed:
-            removed.append(result.grant_id)
-    return result, tuple(lines), upserted, tuple(removed) if removed else _NO_IDS
+        voided = tracker.apply_void(write.grant_id, timestamp)
+        expired = voided.expired
+        first = sequence + len(expired)
+        own = _void_line(write, voided, first, 0)
+        if voided.removed:
+            removed = (voided.grant_id,)
+        result = voided
+        if expired:
+            available = voided.available + voided.removed
+            debt = voided.debt
+    if not expired:
+        return result, (own,), upserted, removed
+    gone = [e.grant_id for e in expired]
+    available += sum(e.amount for e in expired)
+    lines = _expiration_lines(expired, sequence, available, debt)
+    lines.append(own)
+    return result, tuple(lines), upserted, (*gone, *removed)
 
 
 def _expiration_lines(
@@ -1209,46 +1236,81 @@ def _draft_group(
     return lines
 
 
-def _diff(
-    old: list[Line], drafts: list[list[Line]], next_sequence: int
-) -> tuple[list[tuple[Line, ...]], tuple[Line, ...], tuple[int, ...], int, int]:
-    """Match the recomputed groups against the old lines after the insertion point: same
-    identity and content keeps the old line; a changed balance keeps its revision; a changed
-    effect is a restatement (revision + 1); no old line is a new one (numbered from
-    ``next_sequence`` in listing order); old lines left over are removed (and restated).
-    Return (groups, upserted, removed, restated, the next sequence)."""
-    before = {_identity(line): line for line in old}
-    groups: list[tuple[Line, ...]] = []
-    upserted: list[Line] = []
-    restated = 0
-    sequence = next_sequence
-    for drafted in drafts:
-        group: list[Line] = []
-        for draft in drafted:
-            previous = before.pop(_identity(draft), None)  # the new write's (0): none
-            if previous is None:
-                line = _renumbered(draft, sequence)
-                sequence += 1
-                upserted.append(line)
-            elif previous.effect() != draft.effect():
-                line = draft._replace(sequence=previous.sequence, revision=previous.revision + 1)
-                restated += 1
-                upserted.append(line)
-            elif (previous.available, previous.debt) != (draft.available, draft.debt):
-                line = draft._replace(sequence=previous.sequence, revision=previous.revision)
-                upserted.append(line)
+class _Restater:
+    """The lines of a replay after a late write, built once each against the old ones:
+    same identity and content keeps the old line object; a changed balance after it keeps
+    its revision; a changed effect is a restatement (revision + 1); no old line is a new
+    one, numbered from ``next_sequence`` in listing order. ``finish`` reports the old lines
+    left over as removed (and counts them as restated)."""
+
+    __slots__ = ("before", "next_sequence", "restated", "upserted")
+
+    def __init__(self, old: list[Line], next_sequence: int) -> None:
+        self.before = {_identity(line): line for line in old}
+        self.next_sequence = next_sequence
+        self.upserted: list[Line] = []
+        self.restated = 0
+
+    def group(
+        self, pending: _Pending, result: _Result, available: int, debt: int
+    ) -> tuple[Line, ...]:
+        """The group of a replayed write (its sequence 0: the write being accepted)."""
+        before = self.before
+        lines: list[Line] = []
+        for e in result.expired:  # (expiry, grant) order: listing order
+            available -= e.amount
+            prev = before.pop(-e.grant_id, None)
+            assert prev is None or type(prev) is ExpirationLine
+            if prev is not None and prev.amount == e.amount:
+                if prev.available == available and prev.debt == debt:
+                    lines.append(prev)
+                    continue
+                sequence, revision = prev.sequence, prev.revision
+            elif prev is not None:
+                sequence, revision = prev.sequence, prev.revision + 1
+                self.restated += 1
             else:
-                line = previous
-            group.append(line)
-        groups.append(tuple(group))
-    removed = tuple(sorted(line.sequence for line in before.values()))
-    return groups, tuple(upserted), removed, restated + len(removed), sequence
+                sequence, revision = self.next_sequence, 0
+                self.next_sequence += 1
+            line: Line = ExpirationLine(
+                sequence, e.expiry, e.grant_id - EXPIRATION_RANK_BASE, available, debt, revision,
+                e.grant_id, e.expiry, e.amount, e.resources,
+            )  # fmt: skip
+            lines.append(line)
+            self.upserted.append(line)
+        write = pending.write
+        sequence = pending.sequence
+        prev = before.pop(sequence, None) if sequence else None
+        if sequence == 0:
+            sequence = self.next_sequence
+            self.next_sequence += 1
+        if type(result) is ConsumeResult:
+            assert type(write) is ConsumeWrite
+            line = _consumption_line(write, result, sequence, 0)
+        elif type(result) is GrantResult:
+            assert type(write) is GrantWrite
+            line = _grant_line(write, result, sequence, 0)
+        else:
+            assert type(result) is VoidResult
+            assert type(write) is VoidWrite
+            line = _void_line(write, result, sequence, 0)
+        if prev is not None:
+            if prev.effect() != line.effect():
+                line = line._replace(revision=prev.revision + 1)
+                self.restated += 1
+            elif prev.available == line.available and prev.debt == line.debt:
+                lines.append(prev)
+                return tuple(lines)
+            elif prev.revision:
+                line = line._replace(revision=prev.revision)
+        lines.append(line)
+        self.upserted.append(line)
+        return tuple(lines)
 
-
-def _renumbered(draft: Line, sequence: int) -> Line:
-    if type(draft) is ExpirationLine:
-        return draft._replace(sequence=sequence)
-    return draft._replace(sequence=sequence, rank=sequence)
+    def finish(self) -> tuple[tuple[Line, ...], tuple[int, ...], int]:
+        """(upserted, removed, restated) once every group is built."""
+        removed = tuple(sorted(line.sequence for line in self.before.values()))
+        return tuple(self.upserted), removed, self.restated + len(removed)
 
 
 def _identity(line: Line) -> int:
@@ -1287,10 +1349,10 @@ def _normalised(write: Write, result: _Result) -> Write:
     return write
 
 
-def _grants_touched(old: list[Line], drafts: list[list[Line]]) -> set[int]:
+def _grants_touched(old: list[Line], groups: list[tuple[Line, ...]]) -> set[int]:
     """Grants whose live remainder a write in these lines may have changed."""
     touched: set[int] = set()
-    for line in old + [d for g in drafts for d in g]:
+    for line in old + [line for group in groups for line in group]:
         if isinstance(line, ConsumptionLine):
             touched.update(a.grant_id for a in line.allocation)
         elif not isinstance(line, VoidLine) or line.amount:
