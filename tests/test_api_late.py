@@ -232,3 +232,29 @@ async def test_provisional_writes_survive_a_restart(
         late = ok(await consume(client, 20, 11))  # leaves grant 1 with 30 for the one at 20
         expect(late, {"restated": 1, "available": 0, "debt": 10})
         expect((await all_entries(client))[-1], {"kind": "consumption", "revision": 2})
+
+
+async def test_an_expiration_a_late_write_undoes_leaves_the_ledger(
+    client: httpx.AsyncClient,
+) -> None:
+    ok(await grant(client, 10, 0, 5), 201)
+    ok(await set_window(client, 100))
+    ok(await consume(client, 1, 10))  # the grant expired unused at 5
+    page = ok(await client.get(url(ACCOUNT, "ledger"), params={"limit": "2"}))
+    assert [(e["kind"], e["sequence"]) for e in page["entries"]] == [
+        ("grant", 1),
+        ("expiration", 2),
+    ]
+    # A consumption at 3 uses the grant up before it expires: that expiration never happens.
+    late = ok(await consume(client, 10, 3))
+    expect(late, {"consumed": 10, "restated": 1, "debt": 1})
+    assert [(e["kind"], e["timestamp"]) for e in await all_entries(client)] == [
+        ("grant", 0),
+        ("consumption", 3),
+        ("consumption", 10),
+    ]
+    # A reader holding the undone entry as its cursor is told, not silently cut short.
+    gone = await client.get(url(ACCOUNT, "ledger"), params={"after": page["next_after"]})
+    assert assert_problem(gone, 409)["type"].endswith(":cursor-gone")
+    past_the_end = ok(await client.get(url(ACCOUNT, "ledger"), params={"after": "99"}))
+    assert past_the_end["entries"] == []

@@ -36,7 +36,7 @@ OPERATION_IDS = {
     "getAccountSettings",
 }
 # getBalance is not here: reads are safe (SPEC section 3), a read before the clock is as-of.
-WITH_409 = {"grantCredits", "consumeCredits", "applyBatch", "voidGrant"}
+WITH_409 = {"grantCredits", "consumeCredits", "applyBatch", "voidGrant", "listLedgerEntries"}
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from app.service import journal
 from app.service.errors import (
     AccountLimit,
     AccountNotFound,
+    CursorGone,
     IdempotencyKeyReused,
     IdempotencyKeysFull,
     QuotaExceeded,
@@ -355,8 +356,13 @@ class EmbeddedPort:
         async with slot.lock:
             fut = slot.durable
             watermark = slot.state.timeline.watermark
+            next_sequence = slot.state.timeline.next_sequence
         await self._await_durable(fut)
         found = await read_entries_after_sequence(self._store, account_id, after_sequence, limit)
+        if found is None:
+            if after_sequence < next_sequence:
+                raise CursorGone(account_id, after_sequence)
+            found = []  # past the end
         return found, watermark
 
     async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:

@@ -28,6 +28,7 @@ from app.service import journal
 from app.service.errors import (
     AccountLimit,
     AccountNotFound,
+    CursorGone,
     IdempotencyKeyReused,
     OutcomeUnknown,
     QuotaExceeded,
@@ -315,6 +316,10 @@ class PostgresPort:
         found = await self._read(
             read_entries_after_sequence(self._pg, account_id, after_sequence, limit)
         )
+        if found is None:
+            if after_sequence < state.next_sequence:
+                raise CursorGone(account_id, after_sequence)
+            found = []  # past the end
         # The watermark read first: entries before it were final then, so they are now.
         return found, state.watermark
 

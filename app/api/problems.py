@@ -32,6 +32,7 @@ from app.service.errors import (
     AccountLimit,
     AccountNotFound,
     ClassAsOfUnsupported,
+    CursorGone,
     GrantAlreadyVoided,
     GrantNotFound,
     IdempotencyKeyReused,
@@ -63,6 +64,7 @@ NOT_FOUND = ProblemType("not-found", "Not found", 404)
 ACCOUNT_NOT_FOUND = ProblemType("account-not-found", "Account not found", 404)
 GRANT_NOT_FOUND = ProblemType("grant-not-found", "Grant not found", 404)
 GRANT_ALREADY_VOIDED = ProblemType("grant-already-voided", "Grant already voided", 409)
+CURSOR_GONE = ProblemType("cursor-gone", "Ledger cursor names an undone entry", 409)
 CLASS_LIMIT = ProblemType("class-limit", "Too many GPU classes on the account", 409)
 UNSUPPORTED_MEDIA_TYPE = ProblemType("unsupported-media-type", "Body must be JSON", 415)
 METHOD_NOT_ALLOWED = ProblemType("method-not-allowed", "Method not allowed", 405)
@@ -157,6 +159,8 @@ def describe(exc: Exception) -> Described:
     if isinstance(exc, ClassAsOfUnsupported):
         issue = {"loc": ["query", "timestamp"], "message": detail, "type": "class_as_of"}
         return Described(VALIDATION, detail, {"errors": [issue]})
+    if isinstance(exc, CursorGone):
+        return Described(CURSOR_GONE, detail, {})
     if isinstance(exc, GrantAlreadyVoided):
         return Described(GRANT_ALREADY_VOIDED, detail, {"voided_at": exc.voided_at})
     if isinstance(exc, IdempotencyKeyReused):
@@ -293,9 +297,9 @@ STATUS_DESCRIPTIONS: dict[int, str] = {
     401: "Missing or unknown API key (only when keys are configured).",
     403: "The API key lacks the scope, or may not touch this account.",
     404: "Unknown account (reads create nothing) or grant.",
-    409: "Timestamp earlier than the account's latest (`account_timestamp` says which), a "
-    "grant already voided (`voided_at`), or a limit reached: live grants per account, "
-    "accounts.",
+    409: "Timestamp earlier than the account's watermark (`watermark`; `account_timestamp` is "
+    "its latest), a grant already voided (`voided_at`), or a limit reached: live grants per "
+    "account, accounts.",
     422: "Input outside the domain, unknown field, a total past 2^53-1, or a reused "
     "Idempotency-Key with a different body.",
     503: "Retry later (`Retry-After`). `unavailable`: storage failed or the database is "

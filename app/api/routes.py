@@ -256,7 +256,16 @@ async def void_grant(
     operation_id="listLedgerEntries",
     summary="Ledger history, cursor-paginated",
     response_model=LedgerPage,
-    responses=documented(401, 403, 404, 422, 503),
+    responses={
+        **documented(401, 403, 404, 422, 503),
+        409: {
+            "model": Problem,
+            "description": (
+                "`cursor-gone`: `after` names an entry a late write undid (an expiration that "
+                "no longer happens): page again from an earlier cursor or from the start."
+            ),
+        },
+    },
     tags=["credits"],
 )
 @requires(Scope.READ)

@@ -21,6 +21,18 @@ class GrantNotFound(ServiceError):
         super().__init__(f"account {account_id!r} has no grant {grant_id}")
 
 
+class CursorGone(ServiceError):
+    """A ledger cursor naming an entry a late write undid (an expiration that no longer
+    happens, SPEC section 6): there is no place to continue from."""
+
+    def __init__(self, account_id: str, sequence: int) -> None:
+        super().__init__(
+            f"entry {sequence} of account {account_id!r} was undone by a late write (an "
+            "expiration that no longer happens): page again from an earlier cursor or from "
+            "the start"
+        )
+
+
 class GrantAlreadyVoided(ServiceError):
     def __init__(self, account_id: str, grant_id: int, voided_at: int) -> None:
         super().__init__(

@@ -497,15 +497,15 @@ class TransactionalStore(StorageBackend, Protocol):
 
 async def read_entries_after_sequence(
     store: StorageBackend, account_id: str, after_sequence: int, limit: int
-) -> list[Entry]:
+) -> list[Entry] | None:
     """A ledger page whose cursor is an entry's sequence (0: from the first): the entries
-    after that entry in effective order; none when no entry has that sequence (a cursor past
-    the end, as before late events)."""
+    after that entry in effective order; None when no entry has that sequence (a cursor past
+    the end, or an entry a late write undid: the caller tells them apart)."""
     after: Position | None = None
     if after_sequence:
         after = await store.read_entry_position(account_id, after_sequence)
         if after is None:
-            return []
+            return None
     return await store.read_entries(account_id, after, limit)
 
 
