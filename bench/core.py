@@ -235,8 +235,6 @@ def main() -> None:
     )
     core_small = best_of(runs, lambda: run_tracker(GPUCreditTracker, small))
     naive_small = best_of(1, lambda: run_tracker(NaiveTracker, small))
-    scoped_big = best_of(runs, lambda: run_scoped(scoped))
-    plain_big = best_of(runs, lambda: run_scoped(plain))
 
     def line(name: str, n: int, seconds: float) -> str:
         return f"{name:<44} {n:>8} calls {seconds:8.3f} s {n / seconds:>12,.0f} ops/s"
