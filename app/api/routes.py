@@ -354,6 +354,13 @@ NOT_READY: dict[int | str, dict[str, Any]] = {
         "database is unreachable; `detail` says which. Also when the process is overloaded.",
     }
 }
+OVERLOADED_ONLY: dict[int | str, dict[str, Any]] = {
+    503: {
+        "model": Problem,
+        "description": "Only when the process is overloaded (every connection busy); never "
+        "because of storage.",
+    }
+}
 
 
 @router.get(
@@ -361,6 +368,7 @@ NOT_READY: dict[int | str, dict[str, Any]] = {
     operation_id="getLiveness",
     summary="Liveness: the process answers",
     response_model=Health,
+    responses=OVERLOADED_ONLY,
     tags=["operations"],
 )
 @public
@@ -424,6 +432,7 @@ class About:
     operation_id="getVersion",
     summary="Service version and storage schema version",
     response_model=VersionInfo,
+    responses=OVERLOADED_ONLY,
     tags=["operations"],
 )
 @public
