@@ -30,6 +30,9 @@ OPERATION_IDS = {
     "listLedgerEntries",
     "listAccounts",
     "getHealth",
+    "getLiveness",
+    "getReadiness",
+    "getVersion",
     "applyBatch",
     "voidGrant",
 }
@@ -109,6 +112,9 @@ def test_operations_are_at_their_paths(served: dict[str, Any]) -> None:
         "listLedgerEntries": ("get", "/v1/accounts/{account_id}/ledger"),
         "listAccounts": ("get", "/v1/accounts"),
         "getHealth": ("get", "/healthz"),
+        "getLiveness": ("get", "/livez"),
+        "getReadiness": ("get", "/readyz"),
+        "getVersion": ("get", "/version"),
         "applyBatch": ("post", "/v1/batch"),
         "voidGrant": ("post", "/v1/accounts/{account_id}/grants/{grant_id}/void"),
     }

@@ -7,7 +7,8 @@ Who may do what:
   an account's clock.
 - A key with an account prefix may touch only account ids that start with it, and lists
   only those (``visible_prefix``).
-- ``/healthz`` and ``/openapi.json`` are public.
+- The probes (``/livez``, ``/readyz``, ``/healthz``), ``/version`` and ``/openapi.json`` are
+  public.
 
 When no key is configured, authentication is off; ``app.cli`` then refuses to listen on
 anything but loopback unless it is explicitly started with ``--insecure-no-auth``.
