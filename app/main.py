@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from app.adapters.embedded import EmbeddedPort
-from app.api import problems, render
+from app.api import docs_pages, problems, render
 from app.api.auth import Authenticator
 from app.api.limits import RequestLimits
 from app.api.openapi import build_openapi
@@ -111,6 +111,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # No 307 to the slash-less URL (built from the client's Host header): a trailing
         # slash is an unknown route, answered 404 like any other.
         redirect_slashes=False,
+        # FastAPI's own /docs and /redoc load their assets from a CDN: app.api.docs_pages
+        # serves them from the installed package instead.
+        docs_url=None,
+        redoc_url=None,
         openapi_tags=[
             {"name": "credits", "description": "Grants, consumption, balances, history."},
             {
@@ -120,6 +124,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ],
     )
     app.include_router(router)
+    docs_pages.install(app)
     batch_cap = settings.max_batch_body_bytes
     app.add_middleware(
         RequestLimits,
