@@ -11,6 +11,9 @@
 
 Secure by default: with no API key configured, ``serve`` refuses to listen on anything but
 loopback unless ``--insecure-no-auth`` (or GPU_CREDITS_ALLOW_UNAUTHENTICATED=true) says so.
+
+A configuration that cannot be used (an invalid setting, a ``GPU_CREDITS_<NAME>_FILE`` that
+cannot be read) is one line on stderr and exit 2, before anything starts.
 """
 
 from __future__ import annotations
@@ -25,15 +28,36 @@ from collections.abc import Sequence
 from typing import Any
 
 import uvicorn
+from pydantic import ValidationError
 
 from app.api.http_protocol import protocol_factory
 from app.keys import Scope, create_key, load_records, revoke_key
 from app.main import create_app
-from app.settings import Settings
+from app.settings import ENV_PREFIX, SecretFileError, Settings
 from app.storage import location, open_store
 from app.storage.base import MigrationStatus
 
 log = logging.getLogger("app.cli")
+
+
+class ConfigurationError(Exception):
+    """The configuration cannot be used: ``main`` prints the message (one line, no
+    traceback, no secret) and exits 2."""
+
+
+def _load_settings(**overrides: Any) -> Settings:
+    try:
+        return Settings(**overrides)
+    except SecretFileError as exc:
+        raise ConfigurationError(str(exc)) from None
+    except ValidationError as exc:
+        # Only where and what: pydantic's own text quotes the input, database URL included.
+        issues = []
+        for error in exc.errors(include_url=False, include_input=False):
+            message = error["msg"].removeprefix("Value error, ")
+            where = "_".join(str(part) for part in error["loc"]).upper()
+            issues.append(f"{ENV_PREFIX}{where}: {message}" if where else message)
+        raise ConfigurationError("invalid configuration: " + "; ".join(issues)) from None
 
 
 def is_loopback(host: str) -> bool:
@@ -51,7 +75,7 @@ def _serve(args: argparse.Namespace) -> int:
     }
     if args.insecure_no_auth:
         overrides["allow_unauthenticated"] = True
-    settings = Settings(**overrides)
+    settings = _load_settings(**overrides)
     _configure_logging(settings)
     has_keys = len(load_records(settings.keys_path)) > 0
     if not has_keys and not is_loopback(settings.host):
@@ -104,7 +128,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _keys(args: argparse.Namespace) -> int:
-    settings = Settings()
+    settings = _load_settings()
     path = settings.keys_path
     if args.keys_command == "create":
         scopes = tuple(dict.fromkeys(Scope(s) for s in args.scope))
@@ -229,11 +253,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     revoke.add_argument("key_id")
 
     args = parser.parse_args(argv)
-    if args.command == "serve":
-        return _serve(args)
-    if args.command == "migrate":
-        return _migrate(args.status)
-    return _keys(args)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "migrate":
+            return _migrate(args.status)
+        return _keys(args)
+    except ConfigurationError as exc:
+        print(f"gpu-credits: {exc}", file=sys.stderr)
+        return EXIT_CANNOT
 
 
 EXIT_PENDING = 1
@@ -242,7 +270,7 @@ EXIT_CANNOT = 2
 
 def _migrate(status_only: bool) -> int:
     """``gpu-credits migrate [--status]``: see the module docstring for the exit codes."""
-    settings = Settings()
+    settings = _load_settings()
     where = location(settings)
     if settings.storage == "memory":
         print(f"storage: {where} (keeps nothing on disk: no schema, nothing to migrate)")
@@ -290,12 +318,14 @@ def _print_status(where: str, status: MigrationStatus) -> int:
 
 
 def _safe(exc: Exception, settings: Settings) -> str:
-    """An error message with the database password taken out, should the driver quote it."""
+    """An error message with the database password taken out, should the driver quote it
+    (as it is in the URL, percent-encoded, or decoded)."""
     text = f"{exc}" or type(exc).__name__
     if settings.storage == "postgres":
         secret = urllib.parse.urlsplit(settings.database_url_value()).password
         if secret:
-            text = text.replace(secret, "***")
+            for form in sorted({secret, urllib.parse.unquote(secret)}, key=len, reverse=True):
+                text = text.replace(form, "***")
     return text
 
 

@@ -15,19 +15,19 @@ from typing import Any
 from fastapi import FastAPI
 
 from app.adapters.embedded import EmbeddedPort
-from app.api import problems, render
+from app.api import docs_pages, problems, render
 from app.api.auth import Authenticator
 from app.api.limits import RequestLimits
 from app.api.openapi import build_openapi
-from app.api.routes import BATCH_PATH, router
+from app.api.routes import BATCH_PATH, About, router
 from app.keys import tenant_quotas
 from app.service.ledger import Ledger
 from app.service.limits import Limits
 from app.settings import Settings
 from app.storage import open_store
 from app.storage.base import EmbeddedJournal
+from app.version import package_version
 
-VERSION = "1.0.0"
 DESCRIPTION = """\
 A ledger of expiring GPU compute credits per account. Grants expire; consumption takes the
 earliest-expiring credits first; consumption beyond the active credits becomes debt, which
@@ -75,6 +75,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await ledger.start()
         _tune_gc()
         app.state.ledger = ledger
+        app.state.about = About(
+            package_version(), settings.storage, await _schema_version(ledger, settings)
+        )
         log.info("ledger ready: storage=%s", settings.storage)
         authenticator = Authenticator(settings.keys_path)
         app.state.authenticator = authenticator
@@ -102,18 +105,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="gpu-credits",
-        version=VERSION,
+        version=package_version(),
         description=DESCRIPTION,
         lifespan=lifespan,
         # No 307 to the slash-less URL (built from the client's Host header): a trailing
         # slash is an unknown route, answered 404 like any other.
         redirect_slashes=False,
+        # FastAPI's own /docs and /redoc load their assets from a CDN: app.api.docs_pages
+        # serves them from the installed package instead.
+        docs_url=None,
+        redoc_url=None,
         openapi_tags=[
             {"name": "credits", "description": "Grants, consumption, balances, history."},
-            {"name": "operations", "description": "Health."},
+            {
+                "name": "operations",
+                "description": "Probes (liveness, readiness) and the version; no API key.",
+            },
         ],
     )
     app.include_router(router)
+    docs_pages.install(app)
     batch_cap = settings.max_batch_body_bytes
     app.add_middleware(
         RequestLimits,
@@ -135,6 +146,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+async def _schema_version(ledger: Ledger, settings: Settings) -> int | None:
+    """Read once, at startup, once the storage has applied its migrations: ``GET /version``
+    then answers without touching storage. A failure here (the database just went away) must
+    not stop the service, whose readiness reports that anyway."""
+    try:
+        return await ledger.schema_version()
+    except Exception as exc:
+        log.warning("schema version of the %s storage unknown: %s", settings.storage, exc)
+        return None
 
 
 def _tune_gc() -> None:

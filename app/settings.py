@@ -2,24 +2,127 @@
 
 Every setting has a safe default, so ``gpu-credits serve`` with no configuration listens on
 loopback only and keeps its data durably in SQLite under ``./data``.
+
+Secret settings (the ``SecretStr`` ones: the database URL and password) can also be read
+from a file named by ``GPU_CREDITS_<NAME>_FILE`` (``SecretFiles``), so that no secret has to
+sit in the environment: that is how container secrets (``/run/secrets/...``) reach it.
 """
 
 from __future__ import annotations
 
+import os
+import typing
+import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from app.quotas import Quota
 from app.service.limits import DEFAULT_TENANT_QUOTA, Limits
 
 _LIMITS = Limits()
+ENV_PREFIX: Final = "GPU_CREDITS_"
+FILE_SUFFIX: Final = "_FILE"
+# A secret is a password or a URL: anything larger is not the file that was meant (and a
+# path such as /dev/zero must not be read to the end).
+SECRET_FILE_MAX_BYTES: Final = 64 * 1024
+
+
+class SecretFileError(Exception):
+    """A ``GPU_CREDITS_<NAME>_FILE`` that cannot be used; the message is one line that names
+    the variable, the path and why (never the file's content)."""
+
+
+def read_secret_file(variable: str, path: str) -> str:
+    """The secret in ``path``: its UTF-8 text less trailing newlines (``echo pw > file``
+    leaves one; the postgres image's ``POSTGRES_PASSWORD_FILE`` drops them the same way)."""
+    if not path:
+        raise SecretFileError(f"{variable} is set but empty: give a file's path or unset it")
+    try:
+        with open(path, "rb") as file:
+            data = file.read(SECRET_FILE_MAX_BYTES + 1)
+    except OSError as exc:
+        raise SecretFileError(
+            f"{variable}={path}: cannot read the file: {exc.strerror or exc}"
+        ) from None
+    if len(data) > SECRET_FILE_MAX_BYTES:
+        raise SecretFileError(
+            f"{variable}={path}: the file is larger than {SECRET_FILE_MAX_BYTES} bytes"
+        )
+    try:
+        text = data.decode("utf-8").rstrip("\n")
+    except UnicodeDecodeError:
+        raise SecretFileError(f"{variable}={path}: the file is not UTF-8 text") from None
+    if not text:
+        raise SecretFileError(f"{variable}={path}: the file is empty")
+    return text
+
+
+def _is_secret(field: FieldInfo) -> bool:
+    return field.annotation is SecretStr or SecretStr in typing.get_args(field.annotation)
+
+
+class SecretFiles(PydanticBaseSettingsSource):
+    """``GPU_CREDITS_<NAME>_FILE=path`` for every secret setting: the value is read from the
+    file (``read_secret_file``). Variable names match case-insensitively, as the plain
+    variables do. Giving both ``GPU_CREDITS_<NAME>`` and its ``_FILE`` is an error: which
+    one wins would be a guess."""
+
+    def __init__(
+        self, settings_cls: type[BaseSettings], environ: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(settings_cls)
+        source = os.environ if environ is None else environ
+        self._environ = {name.upper(): value for name, value in source.items()}
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        raise NotImplementedError  # not called: __call__ reads every secret field itself
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, field in self.settings_cls.model_fields.items():
+            if not _is_secret(field):
+                continue
+            variable = f"{ENV_PREFIX}{name}".upper()
+            path = self._environ.get(variable + FILE_SUFFIX)
+            if path is None:
+                continue
+            if variable in self._environ:
+                raise SecretFileError(
+                    f"{variable} and {variable}{FILE_SUFFIX} are both set: give one of them"
+                )
+            values[name] = read_secret_file(variable + FILE_SUFFIX, path)
+        return values
+
+
+def _has_password(url: str) -> bool:
+    parts = urllib.parse.urlsplit(url)
+    return parts.password is not None or "password" in urllib.parse.parse_qs(parts.query)
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GPU_CREDITS_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments (the command line's flags) first, then the environment and the
+        ``_FILE`` variables (which exclude each other, so their order does not matter)."""
+        return (init_settings, env_settings, SecretFiles(settings_cls))
 
     host: str = Field("127.0.0.1", description="Address to listen on (loopback by default).")
     port: int = Field(8000, ge=0, le=65535, description="TCP port to listen on.")
@@ -31,7 +134,19 @@ class Settings(BaseSettings):
         ),
     )
     database_url: SecretStr | None = Field(
-        None, description="postgresql://user:password@host:port/dbname, for storage=postgres."
+        None,
+        description=(
+            "postgresql://user[:password]@host:port/dbname, for storage=postgres "
+            "(or GPU_CREDITS_DATABASE_URL_FILE: a file that holds it)."
+        ),
+    )
+    database_password: SecretStr | None = Field(
+        None,
+        description=(
+            "The password for database_url, which then has none; best given as "
+            "GPU_CREDITS_DATABASE_PASSWORD_FILE (a file that holds it, e.g. a container "
+            "secret), so that it is not in the environment."
+        ),
     )
     pg_min_connections: int = Field(2, ge=1, le=100, description="Pool size per process, min.")
     pg_max_connections: int = Field(20, ge=1, le=500, description="Pool size per process, max.")
@@ -140,14 +255,35 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _postgres_needs_a_url(self) -> Settings:
         if self.storage == "postgres" and self.database_url is None:
-            raise ValueError("storage=postgres needs GPU_CREDITS_DATABASE_URL")
+            raise ValueError(
+                "storage=postgres needs GPU_CREDITS_DATABASE_URL (or GPU_CREDITS_DATABASE_URL_FILE)"
+            )
+        if (
+            self.database_url is not None
+            and self.database_password is not None
+            and _has_password(self.database_url.get_secret_value())
+        ):
+            raise ValueError(
+                "the database password is given twice, in GPU_CREDITS_DATABASE_URL and in "
+                "GPU_CREDITS_DATABASE_PASSWORD(_FILE): keep one"
+            )
         if self.pg_min_connections > self.pg_max_connections:
             raise ValueError("pg_min_connections must not exceed pg_max_connections")
         return self
 
     def database_url_value(self) -> str:
+        """The URL to connect with: ``database_url``, with ``database_password`` put in
+        (percent-encoded: any character may be in a password) when it is given apart."""
         assert self.database_url is not None
-        return self.database_url.get_secret_value()
+        url = self.database_url.get_secret_value()
+        if self.database_password is None:
+            return url
+        parts = urllib.parse.urlsplit(url)
+        user = parts.username or ""
+        hostport = parts.netloc.rpartition("@")[2]
+        password = urllib.parse.quote(self.database_password.get_secret_value(), safe="")
+        netloc = f"{user}:{password}@{hostport}"
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
     def limits(self) -> Limits:
         return Limits(

@@ -3,7 +3,8 @@
 - ``gpu-credits keys create`` prints a key once and stores only its SHA-256 hash, owner-only.
 - With keys configured: 401 for a missing, unknown or malformed key (problem document with
   ``WWW-Authenticate``), 403 for a wrong scope or an account outside the key's prefix, success
-  otherwise; ``/healthz`` and ``/openapi.json`` stay public. Keys created or revoked while the
+  otherwise; ``/healthz``, ``/openapi.json`` and the documentation (``/docs``, ``/redoc``,
+  ``/docs/assets/*``) stay public. Keys created or revoked while the
   service runs take effect once the key file is re-read.
 - Secure by default: no keys and a non-loopback address is refused unless
   ``--insecure-no-auth``, which warns loudly; with keys, any address is fine.
@@ -435,7 +436,7 @@ def test_right_scope_and_account_succeed(secured: Secured) -> None:
 
 
 @pytest.mark.parametrize("authorization", [None, "Bearer nonsense", "Basic Zm9vOmJhcg=="])
-def test_healthz_and_openapi_are_public(secured: Secured, authorization: str | None) -> None:
+def test_healthz_openapi_and_docs_are_public(secured: Secured, authorization: str | None) -> None:
     headers = {} if authorization is None else {"Authorization": authorization}
     with secured.client() as http:
         health = http.get("/healthz", headers=headers)
@@ -443,6 +444,10 @@ def test_healthz_and_openapi_are_public(secured: Secured, authorization: str | N
         assert health.json() == {"status": "ok"}
         published = http.get("/openapi.json", headers=headers)
         assert published.status_code == 200, published.text
+        # the documentation pages and what they load (tests/test_docs_pages.py)
+        for path in ("/docs", "/redoc", "/docs/assets/swagger-ui-bundle.js"):
+            page = http.get(path, headers=headers)
+            assert page.status_code == 200, (path, page.text[:200])
     committed = json.loads((ROOT / "openapi" / "openapi.json").read_text())
     assert published.json() == committed
 

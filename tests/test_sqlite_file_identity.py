@@ -7,7 +7,8 @@ items 5 and 6).
   keeps serving. The path-keyed ``<file>.lock`` of before let the file-level aliases through.
 - A database whose file is no longer the one at its path (deleted, its directory removed,
   renamed or replaced, its WAL deleted) is noticed within seconds: writes are refused with
-  503, ``/healthz`` answers 503 with the reason, and the reason is logged once at ERROR.
+  503, ``/readyz`` and ``/healthz`` answer 503 with the reason while ``/livez`` answers 200,
+  and the reason is logged once at ERROR.
   Before, writes were acknowledged into deleted files and everything was lost at restart.
 
 Every wait polls a condition with a bound in time; nothing sleeps for luck.
@@ -267,6 +268,31 @@ def test_a_vanished_database_is_noticed_within_seconds(
     errors = storage_errors_logged(first.log())
     assert len(errors) == 1, first.log()
     assert str(data / DB_NAME) in errors[0]
+
+
+def test_a_server_whose_database_was_replaced_is_unready_but_alive(
+    tmp_path: Path, first: ServerProcess
+) -> None:
+    """The probes of issue 13 on a real process: storage unreachable makes the service
+    unready (``/readyz`` and its alias ``/healthz``: 503 saying why), not dead (``/livez``
+    200, and ``/version`` still answers): a restart is the operator's call, with the data
+    put back first."""
+    with httpx.Client(base_url=first.base_url, timeout=2.0) as probe:
+        assert probe.get("/readyz").status_code == 200
+        data = tmp_path / "data"
+        data.rename(tmp_path / "data.old")
+        data.mkdir()
+        wait_for(lambda: probe.get("/readyz").status_code == 503, DETECTION_WAIT_S, "readyz 503")
+        ready, health = probe.get("/readyz"), probe.get("/healthz")
+        assert health.status_code == 503
+        assert ready.headers["content-type"] == "application/problem+json"
+        assert ready.json() == health.json()
+        assert str(data / DB_NAME) in ready.json()["detail"], ready.json()
+        live = probe.get("/livez")
+        assert (live.status_code, live.json()) == (200, {"status": "ok"})
+        version = probe.get("/version")
+        assert version.status_code == 200, version.text
+        assert version.json()["storage"] == "sqlite"
 
 
 def test_the_first_write_after_the_directory_is_replaced_is_refused(

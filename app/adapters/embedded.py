@@ -131,6 +131,10 @@ class EmbeddedPort:
         if problem is not None and self._failure is None:
             self._failure = f"storage failed, restart required: {problem}"
 
+    async def schema_version(self) -> int | None:
+        status = await self._store.migration_status()
+        return status.current if status.known else None  # memory has no schema
+
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         old = [k for k, p in self._keys.items() if p.record.created_at_s < min_created_at_s]
         for k in old:

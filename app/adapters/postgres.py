@@ -141,6 +141,9 @@ class PostgresPort:
     async def check_storage(self) -> None:
         return None
 
+    async def schema_version(self) -> int | None:
+        return (await self._pg.migration_status()).current
+
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         return await self._pg.prune_idempotency(min_created_at_s)
 

@@ -7,7 +7,11 @@ Who may do what:
   an account's clock.
 - A key with an account prefix may touch only account ids that start with it, and lists
   only those (``visible_prefix``).
-- ``/healthz`` and ``/openapi.json`` are public.
+- Public: the probes (``/livez``, ``/readyz``, ``/healthz``) and ``/version`` (API routes
+  marked ``@public``), ``/openapi.json``, and the documentation pages with their assets
+  (``/docs``, ``/redoc``, ``/docs/assets/*``, from ``app.api.docs_pages``). The last ones are
+  served outside the API routes (``LedgerRoute``, ``app.api.routing``), which are the only
+  routes that authenticate.
 
 When no key is configured, authentication is off; ``app.cli`` then refuses to listen on
 anything but loopback unless it is explicitly started with ``--insecure-no-auth``.

@@ -48,6 +48,7 @@ from app.api.schemas import (
     Problem,
     QueryInt,
     ResourceQuery,
+    VersionInfo,
     VoidOperation,
     VoidRequest,
     VoidResponse,
@@ -398,20 +399,104 @@ async def list_accounts(
     return dataclasses.asdict(page)
 
 
+# -- probes and version: public, no API key ---------------------------------------------
+
+NOT_READY: dict[int | str, dict[str, Any]] = {
+    503: {
+        "model": Problem,
+        "description": "Not ready: storage failed and the process needs a restart, or the "
+        "database is unreachable; `detail` says which. Also when the process is overloaded.",
+    }
+}
+OVERLOADED_ONLY: dict[int | str, dict[str, Any]] = {
+    503: {
+        "model": Problem,
+        "description": "Only when the process is overloaded (every connection busy); never "
+        "because of storage.",
+    }
+}
+
+
 @router.get(
-    "/healthz",
-    operation_id="getHealth",
-    summary="Liveness and readiness",
+    "/livez",
+    operation_id="getLiveness",
+    summary="Liveness: the process answers",
     response_model=Health,
-    responses=documented(503),
+    responses=OVERLOADED_ONLY,
     tags=["operations"],
 )
 @public
-async def healthz(request: Request) -> Any:
+async def livez() -> Any:
+    """200 while the process runs and its event loop answers. Never touches storage: a
+    database outage makes the service unready (`/readyz`), not dead, so an orchestrator
+    that restarts on a failed liveness probe does not restart every replica because the
+    database is down."""
+    return {"status": "ok"}
+
+
+async def _readiness(request: Request) -> Any:
     ledger = _ledger(request)
     if not await ledger.ready():
         raise ServiceUnavailable(ledger.failure or "the database is unreachable")
     return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    operation_id="getReadiness",
+    summary="Readiness: storage reachable, service not degraded",
+    response_model=Health,
+    responses=NOT_READY,
+    tags=["operations"],
+)
+@public
+async def readyz(request: Request) -> Any:
+    """200 when the service can serve: its storage is reachable (PostgreSQL answers a
+    trivial query) and it is not degraded (an embedded store whose database file was
+    deleted or replaced, or whose commit failed, refuses everything until a restart).
+    Otherwise 503, a problem document whose `detail` says why."""
+    return await _readiness(request)
+
+
+@router.get(
+    "/healthz",
+    operation_id="getHealth",
+    summary="Readiness (alias of /readyz)",
+    response_model=Health,
+    responses=NOT_READY,
+    tags=["operations"],
+)
+@public
+async def healthz(request: Request) -> Any:
+    """The same answer as `/readyz`, kept for the probes and clients that use this path."""
+    return await _readiness(request)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class About:
+    """What ``GET /version`` answers, fixed when the service starts."""
+
+    version: str
+    storage: str
+    schema_version: int | None
+
+
+@router.get(
+    "/version",
+    operation_id="getVersion",
+    summary="Service version and storage schema version",
+    response_model=VersionInfo,
+    responses=OVERLOADED_ONLY,
+    tags=["operations"],
+)
+@public
+async def version(request: Request) -> Any:
+    """The installed gpu-credits version, the storage backend, and the schema version the
+    storage was at when this process started, after applying its migrations (null for
+    `memory`, which has no schema). Read once at startup: this never touches storage."""
+    about = request.app.state.about
+    assert isinstance(about, About)
+    return dataclasses.asdict(about)
 
 
 # -- batches ------------------------------------------------------------------------------

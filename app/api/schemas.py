@@ -580,6 +580,17 @@ class Health(BaseModel):
     status: Literal["ok"]
 
 
+class VersionInfo(BaseModel):
+    version: str = Field(description="The gpu-credits release (the installed package).")
+    storage: Literal["sqlite", "memory", "postgres"] = Field(description="The backend in use.")
+    schema_version: int | None = Field(
+        description=(
+            "The storage's schema version when this process started, after applying its "
+            "migrations; null for memory, which has no schema."
+        )
+    )
+
+
 class ValidationIssue(BaseModel):
     loc: list[str | int] = Field(description="Where the problem is, e.g. ['body', 'amount'].")
     message: str

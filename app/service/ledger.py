@@ -101,6 +101,10 @@ class Ledger:
     async def check_storage(self) -> None:
         await self._port.check_storage()
 
+    async def schema_version(self) -> int | None:
+        """The schema version the storage is at (None: memory, which has none)."""
+        return await self._port.schema_version()
+
     async def prune_idempotency(self) -> int:
         """Forget Idempotency-Keys older than the retention period."""
         cutoff_s = self._wall_clock_s() - self._limits.idempotency_ttl_s

@@ -101,6 +101,10 @@ class LedgerPort(Protocol):
         """Ask storage whether it can still make changes durable (see ``failure``)."""
         ...
 
+    async def schema_version(self) -> int | None:
+        """The schema version the storage is at (None: a backend without a schema)."""
+        ...
+
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         """Forget Idempotency-Keys created before ``min_created_at_s``; how many."""
         ...
