@@ -194,7 +194,7 @@ class StorageContract(Generic[S]):
         assert await store.read_entry_position("acme", 6) is None
         assert await read_entries_after_sequence(store, "acme", 2, 2) == acme[2:4]
         assert await read_entries_after_sequence(store, "acme", 0, 1) == acme[:1]
-        assert await read_entries_after_sequence(store, "acme", 9, 1) == []
+        assert await read_entries_after_sequence(store, "acme", 9, 1) is None  # no such entry
         team = data.ENTRIES["team-b:1"]  # an expiration at 8 comes before a write at 8
         assert await store.read_entries("team-b:1", (8, -1), 5) == team[2:]
 

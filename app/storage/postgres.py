@@ -187,6 +187,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         UPDATE accounts SET watermark = clock;
         ALTER TABLE accounts ADD COLUMN lateness_window bigint;
         ALTER TABLE accounts ADD COLUMN folded_since_checkpoint bigint NOT NULL DEFAULT 0;
+        UPDATE accounts SET folded_since_checkpoint = next_sequence - 1;
         ALTER TABLE live_grants ADD COLUMN granted_at bigint NOT NULL DEFAULT 0;
         UPDATE live_grants l SET granted_at = e.timestamp FROM entries e
             WHERE e.account_id = l.account_id AND e.kind = 'grant' AND e.grant_id = l.grant_id;
@@ -195,7 +196,8 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         UPDATE entries SET rank = CASE kind
             WHEN 'expiration' THEN -9007199254740992 + (details->>'grant_id')::bigint
             ELSE sequence END;
-        CREATE INDEX entries_by_position ON entries (account_id, timestamp, rank);
+        CREATE INDEX entries_by_position ON entries (account_id, timestamp, rank)
+            INCLUDE (available, debt);
         CREATE TABLE checkpoints (
             account_id text NOT NULL,
             timestamp bigint NOT NULL,
