@@ -43,6 +43,7 @@ class Generated:
     list_ledger_entries: Any
     list_accounts: Any
     void_grant: Any
+    put_account_settings: Any
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +91,7 @@ def gen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Generated]:
             list_ledger_entries=importlib.import_module(f"{api}.list_ledger_entries"),
             list_accounts=importlib.import_module(f"{api}.list_accounts"),
             void_grant=importlib.import_module(f"{api}.void_grant"),
+            put_account_settings=importlib.import_module(f"{api}.put_account_settings"),
         )
     finally:
         sys.path.remove(str(out_root))
@@ -353,3 +355,49 @@ def test_example_3_and_a_void_through_generated_client(gen: Generated, client: A
     assert isinstance(again.parsed, m.Problem), again.content
     page = gen.list_ledger_entries.sync(account_id=acct, client=client)
     assert isinstance(page.entries[-1], m.VoidEntry), page.entries[-1]
+
+
+def test_example_4_through_generated_client(gen: Generated, client: Any) -> None:
+    """SPEC section 6's Example 4 (W = 10) as a client generated from the committed document
+    sends it: the window set through putAccountSettings, late grants restating the
+    consumption, the ledger in effective order, a too-late write refused."""
+    m, acct = gen.models, "gen-example-4"
+
+    def grant(amount: int, ts: int, expiry: int) -> Any:
+        body = m.GrantRequest(amount=amount, timestamp=ts, expiry=expiry)
+        parsed = gen.grant_credits.sync(account_id=acct, client=client, body=body)
+        assert isinstance(parsed, m.GrantResponse), parsed
+        return parsed
+
+    grant(50, 10, 100)
+    settings = gen.put_account_settings.sync(
+        account_id=acct, client=client, body=m.AccountSettingsRequest(lateness_window=10)
+    )
+    assert isinstance(settings, m.AccountSettingsResponse), settings
+    assert (settings.lateness_window, settings.inherited, settings.watermark) == (10, False, 10)
+    consumed = gen.consume_credits.sync(
+        account_id=acct, client=client, body=m.ConsumeRequest(amount=80, timestamp=20)
+    )
+    assert isinstance(consumed, m.ConsumeResponse), consumed
+    assert (consumed.debt, consumed.restated) == (30, 0)
+    late_2 = grant(40, 15, 18)
+    assert (late_2.retained, late_2.restated, late_2.debt, late_2.watermark) == (40, 0, 30, 10)
+    late_3 = grant(40, 12, 60)
+    assert (late_3.restated, late_3.available, late_3.debt) == (1, 10, 0)
+    refused = gen.consume_credits.sync_detailed(
+        account_id=acct, client=client, body=m.ConsumeRequest(amount=5, timestamp=9)
+    )
+    assert refused.status_code == 409
+    assert isinstance(refused.parsed, m.Problem), refused.content
+    assert (refused.parsed.watermark, refused.parsed.account_timestamp) == (10, 20)
+    page = gen.list_ledger_entries.sync(account_id=acct, client=client)
+    assert [(e.kind, e.timestamp, e.revision) for e in page.entries] == [
+        ("grant", 10, 0),
+        ("grant", 12, 0),
+        ("grant", 15, 0),
+        ("expiration", 18, 0),
+        ("consumption", 20, 1),
+    ]
+    as_of = gen.get_balance.sync(account_id=acct, client=client, timestamp=16)
+    assert isinstance(as_of, m.BalanceResponse), as_of
+    assert (as_of.available, as_of.final) == (130, False)

@@ -300,7 +300,7 @@ async def list_ledger_entries(
     summary="Set the account's lateness window",
     response_model=AccountSettingsResponse,
     responses=documented(401, 403, 404, 422, 503),
-    tags=["accounts"],
+    tags=["credits"],
 )
 @requires(Scope.ADMIN)
 async def put_account_settings(
@@ -322,7 +322,7 @@ async def put_account_settings(
     summary="The account's lateness window and watermark",
     response_model=AccountSettingsResponse,
     responses=documented(401, 403, 404, 422, 503),
-    tags=["accounts"],
+    tags=["credits"],
 )
 @requires(Scope.READ)
 async def get_account_settings(account_id: AccountId, request: Request) -> Any:
