@@ -376,7 +376,7 @@ async def assert_answers_as_before(client: httpx.AsyncClient) -> None:
     as_of = await client.get("/v1/accounts/acme/balance", params={"timestamp": 6})
     assert (as_of.json()["available"], as_of.json()["debt"]) == (30, 0)
     # Per class too, replayed from the account's beginning (it has no checkpoint yet).
-    params = {"timestamp": 6, "resource": "h100"}
+    params = {"timestamp": "6", "resource": "h100"}
     as_of = await client.get("/v1/accounts/acme/balance", params=params)
     assert (as_of.json()["available"], as_of.json()["final"]) == (30, True)
     grants = (await client.get("/v1/accounts/team-b:1/grants")).json()
