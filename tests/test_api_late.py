@@ -11,7 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
+from app.keys import Scope, create_key
 from app.main import create_app
+from app.settings import Settings
 from tests.support.api import (
     ACCOUNT,
     JSON,
@@ -258,3 +260,29 @@ async def test_an_expiration_a_late_write_undoes_leaves_the_ledger(
     assert assert_problem(gone, 409)["type"].endswith(":cursor-gone")
     past_the_end = ok(await client.get(url(ACCOUNT, "ledger"), params={"after": "99"}))
     assert past_the_end["entries"] == []
+
+
+async def test_settings_need_the_admin_scope(tmp_path: Path) -> None:
+    """``credits:admin`` is new: a key with every scope that existed before cannot change a
+    window (what is final is an operator's decision), and reading settings needs
+    ``credits:read`` only."""
+    keys_file = tmp_path / "api-keys.json"
+    older, _ = create_key(keys_file, "billing", (Scope.GRANT, Scope.CONSUME, Scope.READ), "")
+    admin, _ = create_key(keys_file, "ops", (Scope.ADMIN,), "")
+    app = create_app(Settings(storage="memory", data_dir=tmp_path, api_keys_file=keys_file))
+    async with running(app) as client:
+        bearer = {"Authorization": f"Bearer {older}"}
+        r = await client.post(
+            url(ACCOUNT, "grants"), json={"amount": 1, "timestamp": 0, "expiry": 9}, headers=bearer
+        )
+        ok(r, 201)
+        body = {"lateness_window": 5}
+        refused = await client.put(url(ACCOUNT, "settings"), json=body, headers=bearer)
+        assert "credits:admin" in assert_problem(refused, 403)["detail"]
+        ok(await client.get(url(ACCOUNT, "settings"), headers=bearer))
+        as_admin = {"Authorization": f"Bearer {admin}"}
+        expect(
+            ok(await client.put(url(ACCOUNT, "settings"), json=body, headers=as_admin)),
+            {"lateness_window": 5},
+        )
+        assert_problem(await client.get(url(ACCOUNT, "settings"), headers=as_admin), 403)
