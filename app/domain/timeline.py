@@ -358,6 +358,12 @@ _NO_LINES: Final[tuple[Line, ...]] = ()
 _NO_CHECKPOINTS: Final[tuple[Checkpoint, ...]] = ()
 _NO_IDS: Final[tuple[int, ...]] = ()
 _NO_LIVE: Final[tuple[LiveGrant, ...]] = ()
+# Every timeline's provisional containers until it holds a provisional write: never mutated
+# (``_own_provisional`` replaces them first; ``check_invariants`` asserts they stay empty).
+_SHARED_PENDING: Final[list[_Pending]] = []
+_SHARED_STAMPS: Final[list[int]] = []
+_SHARED_MARKS: Final[list[tuple[int, GPUCreditTracker]]] = []
+_SHARED_GRANTS: Final[dict[int, int]] = {}
 
 
 class AccountTimeline:
@@ -399,13 +405,17 @@ class AccountTimeline:
         self._checkpoint_spacing = limits.checkpoint_spacing_min
         # Provisional writes in effective order from index ``_head`` (before it: folded,
         # dropped at the next compaction), with their timestamps alongside for bisect.
-        self._pending: list[_Pending] = []
-        self._stamps: list[int] = []
+        # Shared empty containers until the first provisional write (``_own_provisional``):
+        # an account that never has one (every account with a window of 0) holds none.
+        self._pending: list[_Pending] = _SHARED_PENDING
+        self._stamps: list[int] = _SHARED_STAMPS
         self._head = 0
         # Replay marks: (index i into ``_pending``, the current tracker after the writes
         # ``_pending[_head:i]``), i ascending and > ``_head``.
-        self._marks: list[tuple[int, GPUCreditTracker]] = []
-        self._pending_grants: dict[int, int] = {}  # provisional grant id -> its timestamp
+        self._marks: list[tuple[int, GPUCreditTracker]] = _SHARED_MARKS
+        self._pending_grants: dict[int, int] = (
+            _SHARED_GRANTS  # provisional grant id -> its timestamp
+        )
 
     # -- reading -------------------------------------------------------------------------
 
@@ -549,10 +559,16 @@ class AccountTimeline:
         other._checkpoint_spacing = self._checkpoint_spacing
         other._head = self._head
         # A late write sets the lines of the writes after it in place: copy the records.
-        other._pending = [_Pending(p.sequence, p.grant_id, p.write, p.lines) for p in self._pending]
-        other._stamps = list(self._stamps)
-        other._marks = list(self._marks)
-        other._pending_grants = dict(self._pending_grants)
+        if self._pending is _SHARED_PENDING:  # nothing provisional was ever held
+            other._pending, other._stamps = _SHARED_PENDING, _SHARED_STAMPS
+            other._marks, other._pending_grants = _SHARED_MARKS, _SHARED_GRANTS
+        else:
+            other._pending = [
+                _Pending(p.sequence, p.grant_id, p.write, p.lines) for p in self._pending
+            ]
+            other._stamps = list(self._stamps)
+            other._marks = list(self._marks)
+            other._pending_grants = dict(self._pending_grants)
         return other
 
     def set_window(self, window: int) -> FoldOutcome:
@@ -636,6 +652,8 @@ class AccountTimeline:
 
     def check_invariants(self) -> None:
         """O(P + n) full check, for tests: the structure is what the design says."""
+        shared = (_SHARED_PENDING, _SHARED_STAMPS, _SHARED_MARKS, _SHARED_GRANTS)
+        assert all(len(c) == 0 for c in shared), "a shared container was written"
         final, current = self._final, self._current
         final.check_invariants()
         if current is not final:
@@ -741,7 +759,13 @@ class AccountTimeline:
             checkpoints,
         )
 
+    def _own_provisional(self) -> None:
+        """Give the timeline containers of its own for provisional writes (see __init__)."""
+        if self._pending is _SHARED_PENDING:
+            self._pending, self._stamps, self._marks, self._pending_grants = [], [], [], {}
+
     def _append(self, pending: _Pending) -> None:
+        self._own_provisional()
         self._pending.append(pending)
         self._stamps.append(pending.timestamp)
         if pending.grant_id:
@@ -949,6 +973,8 @@ class AccountTimeline:
     def _restore_provisional(self, lines: Sequence[Line], watermark: int) -> None:
         """Replay the provisional writes read from ``lines`` on the final tracker and check
         the recomputed lines against the stored ones (see ``restore``)."""
+        if lines:
+            self._own_provisional()
         final = self._final
         stored: dict[int, Line] = {}
         records: list[_Pending] = []
