@@ -37,6 +37,9 @@ Every error is an RFC 9457 problem document (`application/problem+json`).
 log = logging.getLogger("app")
 IDEMPOTENCY_PRUNE_INTERVAL_S = 3600.0
 KEY_RELOAD_INTERVAL_S = 2.0
+# How often the API keys' last uses noted in memory are written to their record (see
+# app.api.auth.KeyUsage): what a crash can lose.
+KEY_USE_SAVE_INTERVAL_S = 10.0
 # How often the backend is asked whether its files are still in place: a deleted or replaced
 # database is noticed within about this long even when no write arrives to find out.
 STORAGE_CHECK_INTERVAL_S = 1.0
@@ -92,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(_prune_forever(ledger)),
             asyncio.create_task(_reload_keys_forever(authenticator, ledger, settings)),
             asyncio.create_task(_check_storage_forever(ledger)),
+            asyncio.create_task(_save_key_usage_forever(authenticator)),
         ]
         try:
             yield
@@ -101,6 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await _save_key_usage(authenticator)
             await ledger.close()
 
     app = FastAPI(
@@ -187,6 +192,29 @@ async def _reload_keys_forever(
                 _configure_tenants(ledger, authenticator, settings)
         except Exception:  # keep the keys in force; say so loudly
             log.exception("API key file unreadable; keeping the previous keys")
+
+
+async def _save_key_usage_forever(authenticator: Authenticator) -> None:
+    while True:
+        await asyncio.sleep(KEY_USE_SAVE_INTERVAL_S)
+        await _save_key_usage(authenticator)
+
+
+async def _save_key_usage(authenticator: Authenticator) -> None:
+    """Write the keys' uses noted since the last save, in a worker thread; what cannot be
+    written now is kept for the next save (KeyUsage logs why)."""
+    usage = authenticator.usage
+    unsaved = usage.take_unsaved()
+    if not unsaved:
+        return
+    keep = {record.key_id for record in authenticator.ring.records()}
+    try:
+        await asyncio.to_thread(usage.save, unsaved, keep)
+    except asyncio.CancelledError:  # shutting down: the last save writes them
+        usage.give_back(unsaved)
+        raise
+    except Exception:
+        usage.give_back(unsaved)
 
 
 async def _check_storage_forever(ledger: Ledger) -> None:

@@ -495,6 +495,43 @@ class TransactionalStore(StorageBackend, Protocol):
         ...
 
 
+class SnapshotError(Exception):
+    """An offline reader cannot read the database: it does not exist, is not one, cannot be
+    reached, or its schema is not the one this release reads. The message is one line."""
+
+
+class SnapshotReader(Protocol):
+    """A database read offline, from one snapshot (``gpu-credits check`` and ``export``): it
+    takes no lock, writes nothing and applies no migration, so it can read a database a
+    service is using, and everything it reads is from one moment."""
+
+    where: str  # what it reads, fit to print (no password)
+
+    async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
+        """As ``StorageBackend.read_accounts``."""
+        ...
+
+    async def read_account_state(self, account_id: str) -> LoadedAccount | None:
+        """As ``StorageBackend.read_account_state``."""
+        ...
+
+    async def read_entries(
+        self, account_id: str, after: Position | None, limit: int
+    ) -> list[Entry]:
+        """As ``StorageBackend.read_entries``."""
+        ...
+
+    async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
+        """As ``StorageBackend.read_checkpoint``."""
+        ...
+
+    async def integrity_problems(self) -> list[str]:
+        """What the database itself can tell is wrong, beyond any one account: the engine's
+        own consistency check, rows of accounts that have no account row, counters and
+        totals kept apart from the rows they count. Empty when nothing is."""
+        ...
+
+
 async def read_entries_after_sequence(
     store: StorageBackend, account_id: str, after_sequence: int, limit: int
 ) -> list[Entry] | None:
