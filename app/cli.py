@@ -602,7 +602,9 @@ def _parser() -> argparse.ArgumentParser:
         "Configuration: GPU_CREDITS_* variables (see README, Configuration); flags win.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to do"
+    )
 
     # serve ------------------------------------------------------------------------------
     serve = commands.add_parser(
@@ -660,7 +662,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Manage the API keys in GPU_CREDITS_API_KEYS_FILE (default: "
         "<data dir>/api-keys.json).\nA running service picks changes up within 2 s.",
     )
-    key_commands = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    key_commands = keys.add_subparsers(
+        dest="keys_command", required=True, metavar="ACTION", help="what to do with the keys"
+    )
     create = key_commands.add_parser(
         "create",
         formatter_class=_Formatter,

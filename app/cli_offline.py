@@ -125,13 +125,20 @@ async def check(
 
 
 async def _audit(reader: SnapshotReader, account_id: str, limits: Limits) -> AccountAudit:
-    loaded = await reader.read_account_state(account_id)
+    try:
+        loaded = await reader.read_account_state(account_id)
+        entries = [e async for e in entries_of(reader, account_id)]
+        checkpoints = await checkpoints_of(reader, account_id)
+    except (ValueError, TypeError, KeyError, IndexError, AssertionError) as exc:
+        # A row that does not decode (its JSON, a kind, a column out of range): a problem
+        # to report, like any other, not the end of the check.
+        audit = AccountAudit(account_id)
+        audit.report(f"its rows cannot be read: {type(exc).__name__}: {exc}")
+        return audit
     if loaded is None:  # listed a moment ago, in the same snapshot: cannot happen
         audit = AccountAudit(account_id)
         audit.report("listed but has no state")
         return audit
-    entries = [e async for e in entries_of(reader, account_id)]
-    checkpoints = await checkpoints_of(reader, account_id)
     return audit_account(account_id, loaded, entries, checkpoints, limits)
 
 

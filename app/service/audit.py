@@ -16,7 +16,8 @@ this module checks it from scratch, without trusting any of them:
    have the effect recorded in its entry (allocation, debt settled and added, what a void
    removed), exactly the expirations recorded must happen, with the amounts and totals
    recorded, and every checkpoint must be the state the replay passes through at its
-   position.
+   position. The replay stops at the first write that disagrees: every later figure would
+   disagree too, which says nothing more.
 3. **Reconciliation.** What the replay ends with must be the stored state: the clock, the
    debt queue, the next grant id and every live grant (id, expiry, remainder, classes, grant
    time); the watermark must be within the window of the clock; and the service's own
@@ -77,6 +78,10 @@ class AccountAudit:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def found(self) -> int:
+        return len(self.problems) + self.unlisted
 
 
 def audit_account(
@@ -191,6 +196,7 @@ def _replay(
         if isinstance(entry, ExpirationEntry):
             continue  # matched when the replay makes it happen
         before = (tracker.available, tracker.debt)
+        found = audit.found
         try:
             expired = _apply(audit, tracker, entry)
         except LedgerError as exc:
@@ -202,13 +208,21 @@ def _replay(
                 f"{_describe(entry)}: the replay leaves available {tracker.available}, debt "
                 f"{tracker.debt}; the entry says available {entry.available}, debt {entry.debt}"
             )
+        if audit.found > found:
+            # Past the first disagreement every later figure would differ too: say where
+            # the history and the rules part, not everything that follows from it.
+            audit.report(f"replay stopped at {_describe(entry)}: what follows depends on it")
+            return None
         checkpoint = by_position.pop((entry.timestamp, entry.sequence), None)
         if checkpoint is not None:
             difference = _state_difference(checkpoint.state, tracker.state())
             if difference:
-                audit.report(f"the checkpoint after {_describe(entry)} {difference}")
+                audit.report(f"the checkpoint after {_describe(entry)}: {difference}")
     for expiration in expirations.values():
-        audit.report(f"{_describe(expiration)}: the replay does not expire grant this way")
+        audit.report(
+            f"{_describe(expiration)} is recorded, but in the replay nothing of grant "
+            f"{expiration.grant_id} is left to expire"
+        )
     for position in sorted(by_position):
         audit.report(f"a checkpoint at {position} is at no write's position")
     return tracker.state()
