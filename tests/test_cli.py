@@ -25,6 +25,7 @@ import random
 import re
 import sqlite3
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -634,6 +635,41 @@ def test_check_passes_on_the_live_database(served: Served) -> None:
     out = succeeded(served.cli("check", "--data-dir", str(served.data_dir)))
     assert "every account replays and reconciles exactly" in out
     assert re.search(r"accounts: [1-9]\d*, ledger entries: [1-9]\d*", out), out
+
+
+def test_check_sees_one_moment_while_the_service_writes(served: Served) -> None:
+    """A check on a database being written reads one snapshot: no write half seen."""
+    stop = threading.Event()
+    written = [0]
+    failures: list[str] = []
+
+    def write() -> None:
+        headers = {"Authorization": f"Bearer {served.admin}"}
+        with httpx.Client(base_url=served.server.base_url, headers=headers) as http:
+            timestamp = 0
+            while not stop.is_set():
+                account = f"c:busy{timestamp % 3}"
+                body = {"amount": 5, "timestamp": timestamp, "expiry": timestamp + 3}
+                granted = http.post(f"/v1/accounts/{account}/grants", json=body)
+                body = {"amount": 7, "timestamp": timestamp + 1}
+                consumed = http.post(f"/v1/accounts/{account}/consumptions", json=body)
+                if granted.status_code != 201 or consumed.status_code != 200:
+                    failures.append(f"{granted.text} {consumed.text}")
+                    return
+                timestamp += 2
+                written[0] += 2
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        for _ in range(3):
+            out = succeeded(served.cli("check", "--data-dir", str(served.data_dir)))
+            assert "every account replays and reconciles exactly" in out
+    finally:
+        stop.set()
+        writer.join(timeout=60)
+    assert not failures, failures
+    assert written[0] > 0
 
 
 async def _write_history(path: Path, seed: int, writes: int, window: int) -> None:
