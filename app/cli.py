@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import json
 import logging
 import os
 import sys
@@ -33,11 +34,11 @@ import urllib.parse
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
 
-from app.keys import KeyFileError, Scope, load_last_used, load_records
+from app.keys import KeyFileError, KeyRecord, Scope, load_last_used, load_records
 from app.settings import (
     ENV_PREFIX,
     LEGACY_DATA_DIR,
@@ -47,6 +48,9 @@ from app.settings import (
     unknown_variable_warnings,
 )
 from app.version import package_version
+
+if TYPE_CHECKING:
+    from app.storage.base import MigrationStatus
 
 log = logging.getLogger("app.cli")
 
@@ -119,7 +123,7 @@ def _warn_unknown_variables() -> None:
         print(f"{PROG}: warning: {line}", file=sys.stderr)
 
 
-def _records(path: Path) -> Any:
+def _records(path: Path) -> list[KeyRecord]:
     try:
         return load_records(path)
     except KeyFileError as exc:
@@ -322,27 +326,24 @@ def _when(seconds: float | None) -> str | None:
 
 def _list_keys(path: Path, as_json: bool) -> int:
     """A table (a header, then one key a line, never a secret), or JSON lines."""
-    import json
-
     records = _records(path)
     try:
         used = load_last_used(path)
     except KeyFileError as exc:
         print(f"{PROG}: warning: {exc}; last uses are unknown", file=sys.stderr)
         used = {}
-    rows = []
-    for r in records:
-        quotas = {
-            name: value
-            for name, value in (
-                ("max_accounts", r.max_accounts),
-                ("max_live_grants", r.max_live_grants),
-                ("max_idempotency_keys", r.max_idempotency_keys),
-            )
-            if value is not None
-        }
-        rows.append(
-            {
+    if as_json:
+        for r in records:
+            quotas = {
+                name: value
+                for name, value in (
+                    ("max_accounts", r.max_accounts),
+                    ("max_live_grants", r.max_live_grants),
+                    ("max_idempotency_keys", r.max_idempotency_keys),
+                )
+                if value is not None
+            }
+            row = {
                 "key_id": r.key_id,
                 "name": r.name,
                 "scopes": [s.value for s in r.scopes],
@@ -351,28 +352,25 @@ def _list_keys(path: Path, as_json: bool) -> int:
                 "last_used_at": _when(used.get(r.key_id)),
                 "quotas": quotas,
             }
-        )
-    if as_json:
-        for row in rows:
             print(json.dumps(row, ensure_ascii=False))
         return 0
     header = ("KEY ID", "NAME", "SCOPES", "ACCOUNTS", "CREATED", "LAST USED")
     table = [header] + [
         (
-            str(row["key_id"]),
-            str(row["name"]),
-            ",".join(row["scopes"]),
-            f"{row['account_prefix']}*",
-            str(row["created_at"]),
-            str(row["last_used_at"] or "never"),
+            r.key_id,
+            r.name,
+            ",".join(s.value for s in r.scopes),
+            f"{r.account_prefix}*",
+            _when(r.created_at_s) or "",
+            _when(used.get(r.key_id)) or "never",
         )
-        for row in rows
+        for r in records
     ]
     widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
     for line in table:
         cells = [cell.ljust(width) for cell, width in zip(line, widths, strict=False)]
         print("  ".join([*cells, line[-1]]))
-    if not rows:
+    if not records:
         print(f"no keys in {path}", file=sys.stderr)
     return 0
 
@@ -421,7 +419,7 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_status(where: str, status: Any) -> int:
+def _print_status(where: str, status: MigrationStatus) -> int:
     def versions(vs: tuple[int, ...]) -> str:
         return ", ".join(map(str, vs)) or "none"
 
