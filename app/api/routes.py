@@ -19,13 +19,20 @@ from app.api.docs import (
     SETTINGS_EXAMPLES,
     VOID_EXAMPLES,
 )
-from app.api.idempotent import REPLAYED_HEADER, WITH_IDEMPOTENCY_KEY, idempotency_of, replayed
+from app.api.idempotent import (
+    REPLAYED_HEADER,
+    WITH_IDEMPOTENCY_KEY,
+    idempotency_of,
+    refuse_idempotency_key,
+    replayed,
+)
 from app.api.problems import ProblemType, describe, documented, problem_response
 from app.api.routing import ANY_SCOPE, LedgerRoute, public, requires
 from app.api.schemas import (
     ACCOUNT_ID_MAX_CHARS,
     ACCOUNT_PAGE_MAX,
     ACCOUNT_PREFIX_PATTERN,
+    CLASS_NAME_PATTERN,
     LEDGER_PAGE_MAX,
     AccountId,
     AccountPage,
@@ -38,6 +45,7 @@ from app.api.schemas import (
     ConsumeOperation,
     ConsumeRequest,
     ConsumeResponse,
+    ForecastResponse,
     GrantDetailResponse,
     GrantOperation,
     GrantRequest,
@@ -46,6 +54,7 @@ from app.api.schemas import (
     LedgerPage,
     LiveGrantsResponse,
     Problem,
+    QueryBool,
     QueryInt,
     ResourceQuery,
     VersionInfo,
@@ -53,7 +62,7 @@ from app.api.schemas import (
     VoidRequest,
     VoidResponse,
 )
-from app.domain import MAX_VALUE
+from app.domain import MAX_CLASS_NAME_LENGTH, MAX_VALUE
 from app.keys import Scope
 from app.service.commands import BalanceOp, ConsumeOp, GrantOp, Operation, VoidOp
 from app.service.errors import ServiceUnavailable
@@ -119,6 +128,12 @@ async def grant_credits(
     return _json(render.grant(result), render.GRANT_STATUS, {"Location": location})
 
 
+DRY_RUN_REFUSES_KEY = (
+    "a dry run records nothing, so it takes no Idempotency-Key: send the key with the real "
+    "consumption"
+)
+
+
 @router.post(
     "/v1/accounts/{account_id}/consumptions",
     operation_id="consumeCredits",
@@ -137,9 +152,30 @@ async def consume_credits(
     account_id: AccountId,
     body: Annotated[ConsumeRequest, Body(openapi_examples=CONSUME_EXAMPLES)],
     request: Request,
+    dry_run: Annotated[
+        bool,
+        Query(
+            description=(
+                "`true`: answer what this consumption would do if it were sent now (the "
+                "allocation, the debt it would add, the totals after it, what a late one "
+                "would restate; `dry_run: true` in the answer) and change nothing: no "
+                "ledger entry, no clock move, no account created. It is refused exactly as "
+                "the consumption would be (409, 422...). It takes no `Idempotency-Key` "
+                "(422). Only `true` or `false`."
+            )
+        ),
+        QueryBool,
+    ] = False,
 ) -> Any:
     """Consume `amount` credits at `timestamp`, earliest-expiring first. What active credits
-    cannot cover becomes debt. `debt` in the answer is the total outstanding debt."""
+    cannot cover becomes debt. `debt` in the answer is the total outstanding debt. With
+    `?dry_run=true`, nothing is consumed: the answer is what the consumption would do."""
+    if dry_run:
+        refuse_idempotency_key(request, DRY_RUN_REFUSES_KEY)
+        receipt = await _ledger(request).consume_dry_run(
+            account_id, body.amount, body.timestamp, body.resource
+        )
+        return _json(render.consumption_dry_run(receipt), render.CONSUME_STATUS)
     idem = idempotency_of(request, "consume", account_id, body)
     result = await _ledger(request).consume(
         account_id, body.amount, body.timestamp, idem, body.resource
@@ -201,6 +237,54 @@ async def list_grants(
     class could draw, and the balance of that class. Changes nothing."""
     view, grants = await _ledger(request).live_grants(account_id, resource)
     return {**dataclasses.asdict(view), "grants": grants}
+
+
+@router.get(
+    "/v1/accounts/{account_id}/forecast",
+    operation_id="getForecast",
+    summary="Forecast a constant burn: when credits run out, what expires unused",
+    response_model=ForecastResponse,
+    responses=documented(401, 403, 404, 422, 503),
+    tags=["credits"],
+)
+@requires(Scope.READ)
+async def get_forecast(
+    account_id: AccountId,
+    request: Request,
+    burn_rate: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=MAX_VALUE,
+            description=(
+                "Credits consumed per timestamp unit: a consumption of `burn_rate` at every "
+                "integer time from the account's clock. 1 to 2^53-1."
+            ),
+            examples=[10],
+        ),
+        QueryInt,
+    ],
+    resource: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_CLASS_NAME_LENGTH,
+            pattern=CLASS_NAME_PATTERN,
+            description=(
+                "The GPU class the burn runs on: unrestricted grants and those listing it pay. "
+                "Omitted: no class, so unrestricted grants alone pay."
+            ),
+        ),
+    ] = None,
+) -> Any:
+    """If the account consumed `burn_rate` credits (of class `resource`) at every integer
+    time from its clock on, and nothing else happened: when the credits it can draw run out
+    (`run_out_at`, the first step not covered in full) and, grant by grant in the order they
+    would be drawn, how much the burn draws and how much expires unused at the grant's
+    expiry. Exact integers, the ledger's own rules (earliest expiry first). Debt is not
+    settled by a burn, only by grants. Changes nothing; unknown accounts are 404."""
+    view = await _ledger(request).forecast(account_id, burn_rate, resource)
+    return _json(render.forecast(view), 200)
 
 
 @router.get(

@@ -15,7 +15,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from app.domain import ClassList, Debt, GPUCreditTracker, InvalidInput, TrackerState
+from app.domain import (
+    ClassList,
+    Debt,
+    GPUCreditTracker,
+    InvalidInput,
+    LiveGrant,
+    TrackerState,
+    forecast,
+)
 from app.domain.timeline import (
     AccountTimeline,
     ConsumeWrite,
@@ -39,6 +47,8 @@ from app.service.results import (
     AllocationView,
     BalanceView,
     ConsumptionReceipt,
+    ForecastView,
+    GrantForecastView,
     GrantReceipt,
     GrantView,
     LiveGrantView,
@@ -406,6 +416,38 @@ def live_grant_views(tracker: GPUCreditTracker, resource: str | None) -> list[Li
     ]
 
 
+def forecast_of(view: BalanceView, live: Sequence[LiveGrantView], burn_rate: int) -> ForecastView:
+    """A burn of ``burn_rate`` per timestamp unit from the clock (``view.timestamp``) over the
+    live grants as ``live_grant_views`` lists them for ``view.resource`` (consumption order):
+    see ``app.domain.forecast``. Raises ``InvalidInput`` for a burn rate outside 1 to
+    2^53-1."""
+    grants = [LiveGrant(g.grant_id, g.expiry, g.remaining, _class_set(g.resources)) for g in live]
+    result = forecast(grants, view.timestamp, burn_rate, view.resource)
+    return ForecastView(
+        account_id=view.account_id,
+        timestamp=result.start,
+        burn_rate=result.burn_rate,
+        resource=result.resource,
+        available=result.available,
+        debt=view.debt,
+        run_out_at=result.run_out_at,
+        consumed=result.consumed,
+        expiring_unused=result.expiring_unused,
+        grants=[
+            GrantForecastView(
+                g.grant_id,
+                g.expiry,
+                g.remaining,
+                g.consumed,
+                g.expiring_unused,
+                g.used_up_at,
+                _listed(g.resources),
+            )
+            for g in result.grants
+        ],
+    )
+
+
 def labelled(live: list[LiveGrantView], entries: Mapping[int, GrantEntry]) -> None:
     """Give the live grants the labels their grant entries carry."""
     for view in live:
@@ -606,3 +648,7 @@ def _debt_queue(tracker: GPUCreditTracker) -> tuple[Debt, ...]:
 
 def _listed(resources: tuple[str, ...] | None) -> list[str] | None:
     return None if resources is None else list(resources)
+
+
+def _class_set(resources: list[str] | None) -> tuple[str, ...] | None:
+    return None if resources is None else tuple(resources)

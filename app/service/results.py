@@ -137,6 +137,36 @@ class GrantView:
     resources: list[str] | None = None
 
 
+@dataclass(slots=True)
+class GrantForecastView:
+    """One grant under a forecast burn (``app.domain.forecast``)."""
+
+    grant_id: int
+    expiry: int  # when what is left of it expires
+    remaining: int  # at the clock
+    consumed: int  # what the burn draws from it
+    expiring_unused: int  # what is left of it at its expiry
+    used_up_at: int | None  # the burn step drawing its last credit; None if some expires
+    resources: list[str] | None = None
+
+
+@dataclass(slots=True)
+class ForecastView:
+    """A constant burn from the account's clock: when the credits it can draw run out, and
+    what expires unused, grant by grant. Nothing is changed or recorded."""
+
+    account_id: str
+    timestamp: int  # the clock: the first step of the burn
+    burn_rate: int
+    resource: str | None
+    available: int  # what the burn can draw at the clock
+    debt: int  # outstanding debt (of ``resource``, or in total), which the burn does not touch
+    run_out_at: int  # the first step not covered in full
+    consumed: int
+    expiring_unused: int
+    grants: list[GrantForecastView]
+
+
 Result = GrantReceipt | ConsumptionReceipt | VoidReceipt | BalanceView
 
 
