@@ -64,14 +64,6 @@ def idempotency_key(request: Request) -> str | None:
     return values[0]
 
 
-def refuse_idempotency_key(request: Request, why: str) -> None:
-    """A request that takes no ``Idempotency-Key`` (a dry run) and came with one: 422."""
-    if request.headers.getlist("idempotency-key"):
-        raise RequestValidationError(
-            [{"loc": ("header", "Idempotency-Key"), "msg": why, "type": "idempotency_key_refused"}]
-        )
-
-
 def idempotency_of(
     request: Request, operation: str, account_id: str, body: BaseModel, scope: str | None = None
 ) -> Idempotency | None:

@@ -19,11 +19,12 @@ from app.api.docs import (
     SETTINGS_EXAMPLES,
     VOID_EXAMPLES,
 )
+from app.api.dry_run import DRY_RUN_PARAMETER, dry_run_of
 from app.api.idempotent import (
+    IDEMPOTENCY_KEY_PARAMETER,
     REPLAYED_HEADER,
     WITH_IDEMPOTENCY_KEY,
     idempotency_of,
-    refuse_idempotency_key,
     replayed,
 )
 from app.api.problems import ProblemType, describe, documented, problem_response
@@ -54,7 +55,6 @@ from app.api.schemas import (
     LedgerPage,
     LiveGrantsResponse,
     Problem,
-    QueryBool,
     QueryInt,
     ResourceQuery,
     VersionInfo,
@@ -128,16 +128,10 @@ async def grant_credits(
     return _json(render.grant(result), render.GRANT_STATUS, {"Location": location})
 
 
-DRY_RUN_REFUSES_KEY = (
-    "a dry run records nothing, so it takes no Idempotency-Key: send the key with the real "
-    "consumption"
-)
-
-
 @router.post(
     "/v1/accounts/{account_id}/consumptions",
     operation_id="consumeCredits",
-    openapi_extra=WITH_IDEMPOTENCY_KEY,
+    openapi_extra={"parameters": [DRY_RUN_PARAMETER, IDEMPOTENCY_KEY_PARAMETER]},
     summary="Consume credits, earliest expiry first",
     status_code=200,
     response_model=ConsumeResponse,
@@ -152,26 +146,11 @@ async def consume_credits(
     account_id: AccountId,
     body: Annotated[ConsumeRequest, Body(openapi_examples=CONSUME_EXAMPLES)],
     request: Request,
-    dry_run: Annotated[
-        bool,
-        Query(
-            description=(
-                "`true`: answer what this consumption would do if it were sent now (the "
-                "allocation, the debt it would add, the totals after it, what a late one "
-                "would restate; `dry_run: true` in the answer) and change nothing: no "
-                "ledger entry, no clock move, no account created. It is refused exactly as "
-                "the consumption would be (409, 422...). It takes no `Idempotency-Key` "
-                "(422). Only `true` or `false`."
-            )
-        ),
-        QueryBool,
-    ] = False,
 ) -> Any:
     """Consume `amount` credits at `timestamp`, earliest-expiring first. What active credits
     cannot cover becomes debt. `debt` in the answer is the total outstanding debt. With
     `?dry_run=true`, nothing is consumed: the answer is what the consumption would do."""
-    if dry_run:
-        refuse_idempotency_key(request, DRY_RUN_REFUSES_KEY)
+    if dry_run_of(request):
         receipt = await _ledger(request).consume_dry_run(
             account_id, body.amount, body.timestamp, body.resource
         )

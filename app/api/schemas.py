@@ -71,17 +71,6 @@ def _strict_query_int(value: object) -> object:
 QueryInt = BeforeValidator(_strict_query_int)
 
 
-def _strict_query_bool(value: object) -> object:
-    """A query flag is `true` or `false`, nothing else (pydantic's lax bool parsing would take
-    `1`, `yes`, `on`, `T`...: a typo must not silently decide whether a write happens)."""
-    if isinstance(value, str) and value not in ("true", "false"):
-        raise PydanticCustomError("bool_parsing", "Input should be `true` or `false`")
-    return value
-
-
-QueryBool = BeforeValidator(_strict_query_bool)
-
-
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
