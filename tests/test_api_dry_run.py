@@ -165,18 +165,23 @@ async def test_refusals_are_the_consumption_s(client: httpx.AsyncClient) -> None
     await promised_then_done(client, body)
 
 
-async def test_the_account_limit_applies(
+async def test_the_account_limit_applies_and_a_dry_run_uses_none_of_it(
     backend: str, tmp_path: Path, database_url: str | None
 ) -> None:
     settings = Settings(
-        storage=backend, data_dir=tmp_path / "data", max_accounts=1, database_url=database_url
+        storage=backend, data_dir=tmp_path / "data", max_accounts=2, database_url=database_url
     )
+    body = {"amount": 1, "timestamp": 0}
     async with running(create_app(settings)) as client:
         ok(await grant(client, 1, 0, 5, account_id="first"), 201)
-        refused = assert_problem(await dry_run(client, {"amount": 1, "timestamp": 0}, "two"), 409)
+        for _ in range(3):  # each counted as a new account while it runs, then forgotten
+            ok(await dry_run(client, body, "second"))
+        ok(await grant(client, 1, 0, 5, account_id="third"), 201)
+        refused = assert_problem(await dry_run(client, body, "fourth"), 409)
         assert refused["type"].endswith(":account-limit")
+        assert refused == assert_problem(await consume(client, 1, 0, "fourth"), 409)
         # An existing account is not a new one: its dry run is answered.
-        ok(await dry_run(client, {"amount": 1, "timestamp": 0}, "first"))
+        ok(await dry_run(client, body, "first"))
 
 
 async def test_an_idempotency_key_is_refused_and_not_stored(client: httpx.AsyncClient) -> None:
