@@ -456,7 +456,7 @@ export interface components {
              * @description true: all or nothing; on the first failure nothing is applied and the answer is a problem naming the operation. false: each operation succeeds or fails alone.
              * @default false
              */
-            atomic: boolean;
+            atomic?: boolean;
             /**
              * Operations
              * @description Applied in the order given, 1 to 10,000.
