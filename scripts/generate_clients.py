@@ -38,8 +38,15 @@ PYTHON_PACKAGE = "gpu_credits_client"
 # otherwise make it required in requests: BatchRequest.atomic). Every response member the
 # service always sends is listed as required in the document itself.
 TYPESCRIPT_OPTIONS = ("--default-non-nullable", "false")
-# Files a run of Python or a tool may leave next to the sources: never part of a client.
-_IGNORED_PARTS = frozenset({"__pycache__", ".ruff_cache", ".mypy_cache", ".pytest_cache"})
+# What Python, a tool or `pip install ./clients/python` may leave next to the sources (the
+# generated .gitignore lists them): never part of a client.
+_IGNORED_PARTS = frozenset(
+    {"__pycache__", ".ruff_cache", ".mypy_cache", ".pytest_cache", "build", "dist"}
+)
+
+
+def _ignored(relative: Path) -> bool:
+    return any(part in _IGNORED_PARTS or part.endswith(".egg-info") for part in relative.parts)
 
 
 class GenerationError(Exception):
@@ -126,7 +133,7 @@ def generate_python(openapi: Path, out: Path) -> None:
     # document it could not turn into code, or a post-hook that failed.
     if _unexpected(output, ("Generating ",)):
         raise GenerationError(f"openapi-python-client warned:\n{output}")
-    for leftover in [p for p in out.rglob("*") if p.name in _IGNORED_PARTS]:
+    for leftover in [p for p in out.rglob("*") if p.is_dir() and _ignored(p.relative_to(out))]:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
@@ -150,7 +157,7 @@ def files(root: Path) -> dict[str, bytes]:
     return {
         p.relative_to(root).as_posix(): p.read_bytes()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and not _IGNORED_PARTS.intersection(p.relative_to(root).parts)
+        if p.is_file() and not _ignored(p.relative_to(root))
     }
 
 

@@ -92,13 +92,29 @@ def test_comparison_sees_every_kind_of_difference(generated_python: Path) -> Non
     removed = f"{PYTHON_PACKAGE}/models/problem.py"
     del committed[removed]
     committed[f"{PYTHON_PACKAGE}/models/gone_model.py"] = b"class GoneModel: ...\n"
-    committed[f"{PYTHON_PACKAGE}/__pycache__/x.cpython-311.pyc"] = b"ignored"
     assert differences(committed, generated) == [
-        f"extra (committed, not generated): {PYTHON_PACKAGE}/__pycache__/x.cpython-311.pyc",
         f"extra (committed, not generated): {PYTHON_PACKAGE}/models/gone_model.py",
         f"differs: {changed}",
         f"missing (generated, not committed): {removed}",
     ]
+
+
+def test_what_python_and_pip_leave_behind_is_not_part_of_the_client(
+    generated_python: Path, tmp_path: Path
+) -> None:
+    """Importing the committed client (the tests do) or `pip install ./clients/python` writes
+    files next to it, which git ignores: so does the comparison."""
+    used = tmp_path / "python"
+    shutil.copytree(generated_python, used)
+    for leftover in (
+        f"{PYTHON_PACKAGE}/__pycache__/client.cpython-311.pyc",
+        f"{PYTHON_PACKAGE}/models/__pycache__/problem.cpython-311.pyc",
+        f"build/lib/{PYTHON_PACKAGE}/client.py",
+        f"{PYTHON_PACKAGE}.egg-info/PKG-INFO",
+    ):
+        (used / leftover).parent.mkdir(parents=True, exist_ok=True)
+        (used / leftover).write_bytes(b"left behind")
+    assert differences(files(used), files(generated_python)) == []
 
 
 def test_regeneration_repairs_a_stale_copy_and_touches_only_what_differs(
