@@ -1271,7 +1271,7 @@ export interface operations {
     listGrants: {
         parameters: {
             query?: {
-                /** @description Answer for one GPU class: `available` is what a consumption of it could draw, `debt` its own outstanding debt. Not before the account's latest timestamp (the history keeps totals only; 422). */
+                /** @description Answer for one GPU class: `available` is what a consumption of it could draw, `debt` its own outstanding debt. Before the account's latest timestamp it is replayed from the nearest checkpoint; 422 when the stored history cannot answer it in bounded work (before the account's first checkpoint, or more writes back than a replay may take). */
                 resource?: string | null;
             };
             header?: never;
@@ -1653,7 +1653,7 @@ export interface operations {
             query?: {
                 /** @description Answer at this time; a read never changes the account. At or after the account's latest timestamp: the projected state (credits expiring at or before it no longer count). Before it: the state as of then, from the account's history. Omitted: the state at the account's latest timestamp. */
                 timestamp?: number | null;
-                /** @description Answer for one GPU class: `available` is what a consumption of it could draw, `debt` its own outstanding debt. Not before the account's latest timestamp (the history keeps totals only; 422). */
+                /** @description Answer for one GPU class: `available` is what a consumption of it could draw, `debt` its own outstanding debt. Before the account's latest timestamp it is replayed from the nearest checkpoint; 422 when the stored history cannot answer it in bounded work (before the account's first checkpoint, or more writes back than a replay may take). */
                 resource?: string | null;
             };
             header?: never;

@@ -142,8 +142,10 @@ def sync_detailed(
             before it no longer count). Before it: the state as of then, from the account's history.
             Omitted: the state at the account's latest timestamp.
         resource (None | str | Unset): Answer for one GPU class: `available` is what a consumption
-            of it could draw, `debt` its own outstanding debt. Not before the account's latest
-            timestamp (the history keeps totals only; 422).
+            of it could draw, `debt` its own outstanding debt. Before the account's latest timestamp
+            it is replayed from the nearest checkpoint; 422 when the stored history cannot answer it
+            in bounded work (before the account's first checkpoint, or more writes back than a replay
+            may take).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -186,8 +188,10 @@ def sync(
             before it no longer count). Before it: the state as of then, from the account's history.
             Omitted: the state at the account's latest timestamp.
         resource (None | str | Unset): Answer for one GPU class: `available` is what a consumption
-            of it could draw, `debt` its own outstanding debt. Not before the account's latest
-            timestamp (the history keeps totals only; 422).
+            of it could draw, `debt` its own outstanding debt. Before the account's latest timestamp
+            it is replayed from the nearest checkpoint; 422 when the stored history cannot answer it
+            in bounded work (before the account's first checkpoint, or more writes back than a replay
+            may take).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -225,8 +229,10 @@ async def asyncio_detailed(
             before it no longer count). Before it: the state as of then, from the account's history.
             Omitted: the state at the account's latest timestamp.
         resource (None | str | Unset): Answer for one GPU class: `available` is what a consumption
-            of it could draw, `debt` its own outstanding debt. Not before the account's latest
-            timestamp (the history keeps totals only; 422).
+            of it could draw, `debt` its own outstanding debt. Before the account's latest timestamp
+            it is replayed from the nearest checkpoint; 422 when the stored history cannot answer it
+            in bounded work (before the account's first checkpoint, or more writes back than a replay
+            may take).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -267,8 +273,10 @@ async def asyncio(
             before it no longer count). Before it: the state as of then, from the account's history.
             Omitted: the state at the account's latest timestamp.
         resource (None | str | Unset): Answer for one GPU class: `available` is what a consumption
-            of it could draw, `debt` its own outstanding debt. Not before the account's latest
-            timestamp (the history keeps totals only; 422).
+            of it could draw, `debt` its own outstanding debt. Before the account's latest timestamp
+            it is replayed from the nearest checkpoint; 422 when the stored history cannot answer it
+            in bounded work (before the account's first checkpoint, or more writes back than a replay
+            may take).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.

@@ -131,8 +131,10 @@ def sync_detailed(
         account_id (str): 1 to 128 characters of A-Z a-z 0-9 . _ : -, starting with a letter or
             digit.
         resource (None | str | Unset): Answer for one GPU class: `available` is what a consumption
-            of it could draw, `debt` its own outstanding debt. Not before the account's latest
-            timestamp (the history keeps totals only; 422).
+            of it could draw, `debt` its own outstanding debt. Before the account's latest timestamp
+            it is replayed from the nearest checkpoint; 422 when the stored history cannot answer it
+            in bounded work (before the account's first checkpoint, or more writes back than a replay
+            may take).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -171,8 +173,10 @@ def sync(
         account_id (str): 1 to 128 characters of A-Z a-z 0-9 . _ : -, starting with a letter or
             digit.
         resource (None | str | Unset): Answer for one GPU class: `available` is what a consumption
-            of it could draw, `debt` its own outstanding debt. Not before the account's latest
-            timestamp (the history keeps totals only; 422).
+            of it could draw, `debt` its own outstanding debt. Before the account's latest timestamp
+            it is replayed from the nearest checkpoint; 422 when the stored history cannot answer it
+            in bounded work (before the account's first checkpoint, or more writes back than a replay
+            may take).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -206,8 +210,10 @@ async def asyncio_detailed(
         account_id (str): 1 to 128 characters of A-Z a-z 0-9 . _ : -, starting with a letter or
             digit.
         resource (None | str | Unset): Answer for one GPU class: `available` is what a consumption
-            of it could draw, `debt` its own outstanding debt. Not before the account's latest
-            timestamp (the history keeps totals only; 422).
+            of it could draw, `debt` its own outstanding debt. Before the account's latest timestamp
+            it is replayed from the nearest checkpoint; 422 when the stored history cannot answer it
+            in bounded work (before the account's first checkpoint, or more writes back than a replay
+            may take).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -244,8 +250,10 @@ async def asyncio(
         account_id (str): 1 to 128 characters of A-Z a-z 0-9 . _ : -, starting with a letter or
             digit.
         resource (None | str | Unset): Answer for one GPU class: `available` is what a consumption
-            of it could draw, `debt` its own outstanding debt. Not before the account's latest
-            timestamp (the history keeps totals only; 422).
+            of it could draw, `debt` its own outstanding debt. Before the account's latest timestamp
+            it is replayed from the nearest checkpoint; 422 when the stored history cannot answer it
+            in bounded work (before the account's first checkpoint, or more writes back than a replay
+            may take).
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
