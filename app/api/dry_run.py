@@ -20,9 +20,13 @@ DRY_RUN_PARAMETER: dict[str, Any] = {
         "the debt it would add, the totals after it, what a late one would restate; "
         "`dry_run: true` in the answer) and change nothing: no ledger entry, no clock move, "
         "no account created. It is refused exactly as the consumption would be (409, "
-        "422...). It takes no `Idempotency-Key` (422). Only `true` or `false`."
+        "422...). It takes no `Idempotency-Key` (422). Only `true` or `false`; absent or "
+        "`false`: the consumption itself."
     ),
-    "schema": {"type": "boolean", "default": False},
+    # No "default": generated clients then send the flag only when asked to, so a client of
+    # this release still talks to a server of the release before (which refuses unknown
+    # query parameters).
+    "schema": {"type": "boolean"},
 }
 _REFUSED_KEY: Final = (
     "a dry run records nothing, so it takes no Idempotency-Key: send the key with the real "
