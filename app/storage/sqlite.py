@@ -284,6 +284,11 @@ _ENTRIES_AFTER = (
     f"SELECT {_ENTRY_FIELDS} FROM entries WHERE account_id = ? AND (timestamp, rank) > (?, ?) "
     "ORDER BY timestamp, rank LIMIT ?"
 )
+# The end of the ledger, newest first: the index on (account, timestamp, rank) read backwards.
+LATEST_ENTRIES = (
+    f"SELECT {_ENTRY_FIELDS} FROM entries WHERE account_id = ? "
+    "ORDER BY timestamp DESC, rank DESC LIMIT ?"
+)
 _WRITES_AFTER = (
     f"SELECT {_ENTRY_FIELDS} FROM entries WHERE account_id = ? AND (timestamp, rank) > (?, ?) "
     "AND timestamp <= ? AND kind != 'expiration' ORDER BY timestamp, rank LIMIT ?"
@@ -756,6 +761,18 @@ class SqliteStore:
         start = after if after is not None else _BEFORE_EVERY_POSITION
         found = conn.execute(_ENTRIES_AFTER, (account_id, *start, limit)).fetchall()
         return [_entry_from_row(r) for r in found]
+
+    async def read_latest_entries(self, account_id: str, limit: int) -> list[Entry]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._reader, self._read_latest_entries, account_id, limit
+        )
+
+    def _read_latest_entries(self, account_id: str, limit: int) -> list[Entry]:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        found = conn.execute(LATEST_ENTRIES, (account_id, limit)).fetchall()
+        return [_entry_from_row(r) for r in reversed(found)]
 
     async def read_entry_position(self, account_id: str, sequence: int) -> Position | None:
         loop = asyncio.get_running_loop()
