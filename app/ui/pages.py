@@ -66,12 +66,13 @@ _ACCOUNT_ID_RULE: Final = (
 )
 
 # Every answer of these pages: the policy, no sniffing, no caching (an account's figures
-# for whoever holds the key), no referrer (the account id is in the address).
+# for whoever holds the key), no referrer to other sites (the account id is in the address;
+# not "no-referrer": a browser then sends "Origin: null" with the forms' own POSTs).
 _HEADERS: Final = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
@@ -334,7 +335,11 @@ def _form(body: bytes) -> dict[str, str]:
     dropped: neither an account id nor a key holds any)."""
     try:
         pairs = parse_qsl(
-            body.decode("utf-8"), keep_blank_values=True, strict_parsing=True, max_num_fields=8
+            body.decode("utf-8"),
+            keep_blank_values=True,
+            strict_parsing=True,
+            errors="strict",
+            max_num_fields=8,
         )
     except ValueError:
         raise ValueError("The form could not be read.") from None

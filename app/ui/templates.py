@@ -94,7 +94,6 @@ _LAYOUT: Final = """<!doctype html>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="referrer" content="no-referrer">
 <title>{% block title %}{% endblock %} - gpu-credits</title>
 <link rel="icon" href="data:,">
 <style>{{ css }}</style>
