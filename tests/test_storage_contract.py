@@ -531,6 +531,29 @@ class TestSqliteStore(EmbeddedContract, DurableContract[EmbeddedJournal]):
         assert "SEARCH entries USING INDEX entries_by_position (account_id=?)" in plan, plan
         assert "TEMP B-TREE" not in plan, plan
 
+    @pytest.mark.parametrize(
+        ("query", "index", "args"),
+        [
+            (sqlite_backend.GRANT_ENTRY, "entries_by_grant", ("a", 1)),
+            (sqlite_backend.VOID_ENTRY, "entries_by_void", ("a", 1)),
+            (sqlite_backend.GRANT_ENTRIES.format(marks="?, ?"), "entries_by_grant", ("a", 1, 2)),
+        ],
+        ids=["grant", "void", "grants"],
+    )
+    async def test_a_grant_entry_is_an_index_lookup(
+        self,
+        store: EmbeddedJournal,
+        tmp_path: Path,
+        query: str,
+        index: str,
+        args: tuple[object, ...],
+    ) -> None:
+        """Not a scan of the account's history (the primary key's account_id prefix, which
+        SQLite's planner picks by itself)."""
+        with sqlite3.connect(tmp_path / "ledger.sqlite3") as db:
+            plan = " | ".join(r[3] for r in db.execute(f"EXPLAIN QUERY PLAN {query}", args))
+        assert f"SEARCH entries USING INDEX {index} (account_id=? AND grant_id=?)" in plan, plan
+
 
 class TransactionalContract(StorageContract[TransactionalStore]):
     # The database's own refusal; AssertionError when the group's checks refuse it first.
