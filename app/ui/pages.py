@@ -189,7 +189,7 @@ async def account_page(request: Request) -> Response:
             described.detail,
             described.headers,
         )
-    return _html(request, 200, render("account.html", **_account_values(request, overview)))
+    return _html(200, render("account.html", **_account_values(request, overview)))
 
 
 # -- what the account page shows ----------------------------------------------------------------
@@ -358,9 +358,7 @@ def _root(request: Request) -> str:
     return root.rstrip("/")
 
 
-def _html(
-    request: Request, status: int, html: str, headers: dict[str, str] | None = None
-) -> HTMLResponse:
+def _html(status: int, html: str, headers: dict[str, str] | None = None) -> HTMLResponse:
     return HTMLResponse(html, status, {**_HEADERS, **(headers or {})})
 
 
@@ -374,7 +372,7 @@ def _login(request: Request, status: int, account_id: str = "", message: str = "
         cookie_hours=COOKIE_MAX_AGE_S // 3600,
         auth_enabled=_authenticator(request).enabled,
     )
-    return _html(request, status, html)
+    return _html(status, html)
 
 
 def _error(
@@ -392,7 +390,7 @@ def _error(
         title=title,
         detail=detail,
     )
-    return _html(request, status, html, headers)
+    return _html(status, html, headers)
 
 
 def _query_refused(request: Request) -> HTMLResponse:
