@@ -140,8 +140,10 @@ ResourceQuery = Annotated[
         pattern=CLASS_NAME_PATTERN,
         description=(
             "Answer for one GPU class: `available` is what a consumption of it could draw, "
-            "`debt` its own outstanding debt. Not before the account's latest timestamp "
-            "(the history keeps totals only; 422)."
+            "`debt` its own outstanding debt. Before the account's latest timestamp it is "
+            "replayed from the nearest checkpoint; 422 when the stored history cannot answer "
+            "it in bounded work (before the account's first checkpoint, or more writes back "
+            "than a replay may take)."
         ),
     ),
 ]

@@ -328,6 +328,16 @@ def read_balance(
     return projection(account_id, tracker, watermark, timestamp, resource)
 
 
+def watermark_in_force(watermark: int, clock: int, window: int | None, default_window: int) -> int:
+    """A stored account's watermark under the window in force now: ``max(M, C - W)``
+    (SPEC section 6). Equal to the stored one unless the window was lowered since it was
+    written (the service's, by configuration across a restart): then loading the account
+    folds the same writes (``AccountTimeline.restore``) and the next write stores it, and a
+    read from storage alone must answer the same meanwhile."""
+    in_force = default_window if window is None else window
+    return max(watermark, clock - in_force)
+
+
 def as_of_view(read: AsOfRead, available: int, debt: int) -> BalanceView:
     """An as-of answer: final when its time is before the watermark (SPEC section 6)."""
     return BalanceView(
