@@ -333,6 +333,14 @@ class PostgresPort:
         # The watermark read first: entries before it were final then, so they are now.
         return found, self._watermark(state)
 
+    async def latest_entries(self, account_id: str, limit: int) -> tuple[list[Entry], int]:
+        state = await self._read(self._pg.read_account(account_id))
+        if state is None:
+            raise AccountNotFound(account_id)
+        found = await self._read(self._pg.read_latest_entries(account_id, limit))
+        # The watermark read first, as for a page: entries before it were final then.
+        return found, state.watermark
+
     async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
         """One committed snapshot of the account rows (placeholders of accounts being
         created are not committed, so not listed), each at its clock from the row alone."""

@@ -30,6 +30,7 @@ from app.service.idempotency import BATCH_SCOPE, Encoder, Idempotency
 from app.service.journal import NO_LABEL, AccountState, AsOfRead, Label
 from app.service.limits import Limits
 from app.service.results import (
+    AccountOverview,
     AccountPage,
     AccountSettings,
     Answer,
@@ -471,6 +472,25 @@ class Ledger:
         from the first), and the account's watermark."""
         self._check_serving()
         return await self._port.entries(account_id, after_sequence, limit)
+
+    async def overview(
+        self, account_id: str, grants_limit: int, entries_limit: int
+    ) -> AccountOverview:
+        """What a page about one account shows, in work bounded by the two limits: the state
+        at the clock, the first ``grants_limit`` live grants (the upcoming expirations, with
+        their labels) and the last ``entries_limit`` ledger entries. Three reads, each whole
+        on its own: a write that lands between them shows in the later ones only."""
+        assert 1 <= grants_limit <= MAX_GRANT_IDS_PER_READ
+        assert entries_limit >= 1
+        self._check_serving()
+        view, live = await self._port.live_grants(account_id, None)
+        shown = live[:grants_limit]
+        if shown:
+            ids = [g.grant_id for g in shown]
+            journal.labelled(shown, await self._port.grant_entries(account_id, ids))
+        entries, _ = await self._port.latest_entries(account_id, entries_limit + 1)
+        older = len(entries) > entries_limit
+        return AccountOverview(view, shown, len(live), entries[1:] if older else entries, older)
 
     async def accounts(self, prefix: str, after: str, limit: int) -> AccountPage:
         """Existing accounts whose id starts with ``prefix`` ("": all), after the cursor

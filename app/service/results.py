@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.service.commands import Operation
+from app.storage.base import Entry
 
 
 @dataclass(slots=True)
@@ -165,6 +166,18 @@ class ForecastView:
     consumed: int
     expiring_unused: int
     grants: list[GrantForecastView]
+
+
+@dataclass(slots=True)
+class AccountOverview:
+    """An account at a glance, in bounded work: the state at its clock, the live grants that
+    expire first (in the order they will be used), and the end of its ledger."""
+
+    balance: BalanceView  # at the clock, with the watermark
+    live_grants: list[LiveGrantView]  # the first ones, labelled
+    live_grant_count: int  # all of them
+    entries: list[Entry]  # the last ones, in effective order (the newest last)
+    older_entries: bool  # whether the ledger holds entries before ``entries``
 
 
 Result = GrantReceipt | ConsumptionReceipt | VoidReceipt | BalanceView
