@@ -26,6 +26,7 @@ from app.service.limits import Limits
 from app.settings import Settings
 from app.storage import open_store
 from app.storage.base import EmbeddedJournal
+from app.ui import pages as ui_pages
 from app.version import package_version
 
 DESCRIPTION = """\
@@ -130,6 +131,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.include_router(router)
     docs_pages.install(app)
+    ui_pages.install(app)
     batch_cap = settings.max_batch_body_bytes
     app.add_middleware(
         RequestLimits,

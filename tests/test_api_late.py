@@ -286,3 +286,44 @@ async def test_settings_need_the_admin_scope(tmp_path: Path) -> None:
             {"lateness_window": 5},
         )
         assert_problem(await client.get(url(ACCOUNT, "settings"), headers=as_admin), 403)
+
+
+@pytest.mark.backends("sqlite", "postgres")
+async def test_a_window_lowered_across_a_restart_folds_what_it_passes(
+    backend: str, tmp_path: Path, new_database_url: Callable[[], str | None]
+) -> None:
+    """The service's window lowered (or unset) while provisional writes trail the clock by
+    more than the new window: the service starts, and the watermark is max(M, C - W) as the
+    rules say. (It used to refuse to start: the stored watermark was behind C - W.)"""
+    wide = make_settings(backend, tmp_path / "data", new_database_url())
+    wide.lateness_window = 50
+    async with running(create_app(wide)) as client:
+        ok(await grant(client, 100, 0, 1_000), 201)
+        ok(await consume(client, 10, 100))
+        ok(await consume(client, 5, 120))
+        expect(ok(await client.get(url(ACCOUNT, "settings"))), {"watermark": 70, "clock": 120})
+        entries = await all_entries(client)
+    assert [e["final"] for e in entries] == [True, False, False]
+    narrow = wide.model_copy(update={"lateness_window": 10})
+    for _ in range(2):  # the fold on load is the same every time: nothing is lost or redone
+        async with running(create_app(narrow)) as client:
+            settings = ok(await client.get(url(ACCOUNT, "settings")))
+            expect(settings, {"watermark": 110, "clock": 120, "lateness_window": 10})
+            after = await all_entries(client)
+            assert [e["final"] for e in after] == [True, True, False]
+            assert [{**e, "final": None} for e in after] == [{**e, "final": None} for e in entries]
+            before = await snapshot(client)
+            too_late = await consume(client, 1, 105)
+            expect(assert_problem(too_late, 409), {"watermark": 110})
+            assert await snapshot(client) == before
+    async with running(create_app(narrow)) as client:
+        # A grant expiring earlier than grant 1: the consumption at 120 now takes it first.
+        late = ok(await grant(client, 10, 115, 500), 201)
+        expect(late, {"restated": 1, "available": 95, "watermark": 110})
+    unset = wide.model_copy(update={"lateness_window": 0})
+    async with running(create_app(unset)) as client:
+        expect(ok(await client.get(url(ACCOUNT, "settings"))), {"watermark": 120, "clock": 120})
+        # Final: the entries before the watermark (SPEC section 6).
+        assert all(e["final"] == (e["timestamp"] < 120) for e in await all_entries(client))
+        ok(await consume(client, 1, 120))
+        expect(assert_problem(await consume(client, 1, 119), 409), {"watermark": 120})

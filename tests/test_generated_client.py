@@ -1,159 +1,112 @@
-"""A Python client generated from the COMMITTED ``openapi/openapi.json`` (SPEC section 3: "a
-client generated from the file works unmodified") runs the SPEC examples against a real
-server process, and parses error responses as the documented ``Problem`` model."""
+"""The Python client generated from the COMMITTED ``openapi/openapi.json`` and committed under
+``clients/python`` (SPEC section 3: "a client generated from the file works unmodified";
+``tests/test_clients.py`` checks it is what the generator writes from that file now) runs the
+SPEC examples against a real server process with an API key, as a user imports it, and parses
+error responses as the documented ``Problem`` model. The imports are typed: ``mypy --strict``
+checks this file against the client's own annotations."""
 
 from __future__ import annotations
 
-import importlib
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from functools import partial
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
+from gpu_credits_client import AuthenticatedClient
+from gpu_credits_client import models as m
+from gpu_credits_client.api.credits_ import (
+    apply_batch,
+    consume_credits,
+    get_balance,
+    grant_credits,
+    list_accounts,
+    list_ledger_entries,
+    put_account_settings,
+    void_grant,
+)
 
-from tests.support.server_process import ROOT, ServerProcess
+from tests.support.clients import KeyedServer, keyed_server
 from tests.support.spec_examples import EXAMPLE_1, EXAMPLES, Example
 
-PACKAGE = "gpu_credits_client"
-VENV_BIN = ROOT / ".venv" / "bin"
+Operation = m.BalanceOperation | m.ConsumeOperation | m.GrantOperation | m.VoidOperation
 
 
-def _generator() -> str:
-    for candidate in (VENV_BIN, Path(sys.executable).parent):
-        exe = candidate / "openapi-python-client"
-        if exe.exists():
-            return str(exe)
-    pytest.fail("openapi-python-client is not installed in the project's virtualenv")
+class Answer(Protocol):
+    """What every generated response model has."""
 
+    additional_properties: dict[str, Any]
 
-@dataclass(frozen=True)
-class Generated:
-    """The generated package's modules (typed Any: there are no stubs for generated code)."""
-
-    Client: Any
-    models: Any
-    grant_credits: Any
-    consume_credits: Any
-    get_balance: Any
-    list_ledger_entries: Any
-    list_accounts: Any
-    void_grant: Any
-    put_account_settings: Any
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 @pytest.fixture(scope="module")
-def gen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Generated]:
-    out_root = tmp_path_factory.mktemp("generated-client")
-    env = {
-        **os.environ,
-        # The generator's post-hooks run ``ruff``: make it the project's.
-        "PATH": os.pathsep.join(
-            [str(VENV_BIN), str(Path(sys.executable).parent), os.environ["PATH"]]
-        ),
-    }
-    proc = subprocess.run(
-        [
-            _generator(),
-            "generate",
-            "--path",
-            str(ROOT / "openapi" / "openapi.json"),
-            "--meta",
-            "none",
-            "--output-path",
-            str(out_root / PACKAGE),
-        ],
-        env=env,
-        cwd=out_root,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output
-    # The generator reports parts of the document it could not turn into code as warnings.
-    assert "warning" not in output.lower(), output
-
-    sys.path.insert(0, str(out_root))
-    try:
-        api = f"{PACKAGE}.api.credits_"
-        yield Generated(
-            Client=importlib.import_module(PACKAGE).Client,
-            models=importlib.import_module(f"{PACKAGE}.models"),
-            grant_credits=importlib.import_module(f"{api}.grant_credits"),
-            consume_credits=importlib.import_module(f"{api}.consume_credits"),
-            get_balance=importlib.import_module(f"{api}.get_balance"),
-            list_ledger_entries=importlib.import_module(f"{api}.list_ledger_entries"),
-            list_accounts=importlib.import_module(f"{api}.list_accounts"),
-            void_grant=importlib.import_module(f"{api}.void_grant"),
-            put_account_settings=importlib.import_module(f"{api}.put_account_settings"),
-        )
-    finally:
-        sys.path.remove(str(out_root))
-        for name in [m for m in sys.modules if m == PACKAGE or m.startswith(PACKAGE + ".")]:
-            del sys.modules[name]
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeyedServer]:
+    with keyed_server(tmp_path_factory.mktemp("generated-client") / "data") as started:
+        yield started
 
 
 @pytest.fixture
-def client(gen: Generated, server: ServerProcess) -> Iterator[Any]:
-    c = gen.Client(base_url=server.base_url, raise_on_unexpected_status=True)
+def client(keyed: KeyedServer) -> Iterator[AuthenticatedClient]:
+    c = AuthenticatedClient(
+        base_url=keyed.server.base_url, token=keyed.key, raise_on_unexpected_status=True
+    )
     with c as opened:
         yield opened
 
 
-def _grant(gen: Generated, client: Any, account: str, amount: int, ts: int, expiry: int) -> Any:
-    body = gen.models.GrantRequest(amount=amount, timestamp=ts, expiry=expiry)
-    response = gen.grant_credits.sync_detailed(account_id=account, client=client, body=body)
+def _grant(
+    client: AuthenticatedClient, account: str, amount: int, ts: int, expiry: int
+) -> m.GrantResponse:
+    body = m.GrantRequest(amount=amount, timestamp=ts, expiry=expiry)
+    response = grant_credits.sync_detailed(account_id=account, client=client, body=body)
     assert response.status_code == 201, response.content
     parsed = response.parsed
-    assert isinstance(parsed, gen.models.GrantResponse), response.content
+    assert isinstance(parsed, m.GrantResponse), response.content
     assert response.headers["Location"] == f"/v1/accounts/{account}/grants/{parsed.grant_id}"
     return parsed
 
 
-def _consume(gen: Generated, client: Any, account: str, amount: int, ts: int) -> Any:
-    body = gen.models.ConsumeRequest(amount=amount, timestamp=ts)
-    parsed = gen.consume_credits.sync(account_id=account, client=client, body=body)
-    assert isinstance(parsed, gen.models.ConsumeResponse), parsed
+def _consume(client: AuthenticatedClient, account: str, amount: int, ts: int) -> m.ConsumeResponse:
+    body = m.ConsumeRequest(amount=amount, timestamp=ts)
+    parsed = consume_credits.sync(account_id=account, client=client, body=body)
+    assert isinstance(parsed, m.ConsumeResponse), parsed
     return parsed
 
 
-def _balance(gen: Generated, client: Any, account: str, ts: int) -> Any:
-    parsed = gen.get_balance.sync(account_id=account, client=client, timestamp=ts)
-    assert isinstance(parsed, gen.models.BalanceResponse), parsed
+def _balance(client: AuthenticatedClient, account: str, ts: int) -> m.BalanceResponse:
+    parsed = get_balance.sync(account_id=account, client=client, timestamp=ts)
+    assert isinstance(parsed, m.BalanceResponse), parsed
     assert (parsed.account_id, parsed.timestamp) == (account, ts)
     return parsed
 
 
-def _figures(parsed: Any) -> tuple[int, int, int]:
+def _ledger(client: AuthenticatedClient, account: str) -> m.LedgerPage:
+    page = list_ledger_entries.sync(account_id=account, client=client)
+    assert isinstance(page, m.LedgerPage), page
+    return page
+
+
+def _figures(parsed: m.BalanceResponse) -> tuple[int, int, int]:
     return parsed.balance, parsed.available, parsed.debt
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.name)
 def test_spec_example_through_generated_client(
-    gen: Generated, client: Any, example: Example
+    client: AuthenticatedClient, example: Example
 ) -> None:
     acct = f"gen-{example.name}"
+    grant: Callable[[int, int, int], Answer] = partial(_grant, client, acct)
+    consume: Callable[[int, int], Answer] = partial(_consume, client, acct)
+    balance: Callable[[int], Answer] = partial(_balance, client, acct)
     for step in example.steps:
-        parsed = step.send(
-            partial(_grant, gen, client, acct),
-            partial(_consume, gen, client, acct),
-            partial(_balance, gen, client, acct),
-        )
+        parsed = step.send(grant, consume, balance)
         assert parsed.additional_properties == {}  # the document describes every member
         assert parsed.to_dict() == step.body(acct), step
 
     # The ledger's entries are a union of three models: each parses as the right one.
-    page = gen.list_ledger_entries.sync(account_id=acct, client=client)
-    assert isinstance(page, gen.models.LedgerPage), page
+    page = _ledger(client, acct)
     assert page.next_after is None
-    m = gen.models
-    models = {
+    models: dict[str, type[Answer]] = {
         "grant": m.GrantEntry,
         "consumption": m.ConsumptionEntry,
         "expiration": m.ExpirationEntry,
@@ -162,13 +115,32 @@ def test_spec_example_through_generated_client(
     assert [e.to_dict() for e in page.entries] == example.ledger()
 
 
-def test_accounts_through_generated_client(gen: Generated, client: Any) -> None:
+def test_a_key_is_needed(keyed: KeyedServer) -> None:
+    """The service has keys: the client sends its key as a bearer token, and without a key
+    the service knows, the answer is a 401 problem the client parses."""
+    for token in ("gck_000000000000_" + "0" * 43, "not-a-key"):
+        with AuthenticatedClient(base_url=keyed.server.base_url, token=token) as stranger:
+            response = get_balance.sync_detailed(account_id="gen-stranger", client=stranger)
+        assert response.status_code == 401
+        assert response.headers["www-authenticate"].lower().startswith("bearer")
+        assert isinstance(response.parsed, m.Problem), response.content
+        assert response.parsed.status == 401
+    with AuthenticatedClient(base_url=keyed.server.base_url, token=keyed.reader_key) as reader:
+        body = m.GrantRequest(amount=1, timestamp=0, expiry=9)
+        refused = grant_credits.sync_detailed(account_id="gen-reader", client=reader, body=body)
+        assert refused.status_code == 403
+        assert isinstance(refused.parsed, m.Problem), refused.content
+        missing = get_balance.sync_detailed(account_id="gen-reader", client=reader)
+        assert missing.status_code == 404  # the grant was not made
+
+
+def test_accounts_through_generated_client(client: AuthenticatedClient) -> None:
     """listAccounts: pages of BalanceResponse items, followed through next_after."""
     for account, amount in (("gen-list:c", 3), ("gen-list:a", 1), ("gen-list:b", 2)):
-        _grant(gen, client, account, amount, 4, 50)
-    page = gen.list_accounts.sync(client=client, prefix="gen-list:", limit=2)
-    assert isinstance(page, gen.models.AccountPage), page
-    assert all(isinstance(a, gen.models.BalanceResponse) for a in page.accounts)
+        _grant(client, account, amount, 4, 50)
+    page = list_accounts.sync(client=client, prefix="gen-list:", limit=2)
+    assert isinstance(page, m.AccountPage), page
+    assert all(isinstance(a, m.BalanceResponse) for a in page.accounts)
     assert [a.to_dict() for a in page.accounts] == [
         {
             "account_id": f"gen-list:{name}",
@@ -183,26 +155,26 @@ def test_accounts_through_generated_client(gen: Generated, client: Any) -> None:
         for name, figure in (("a", 1), ("b", 2))
     ]
     assert page.next_after == "gen-list:b"
-    last = gen.list_accounts.sync(client=client, prefix="gen-list:", after=page.next_after)
-    assert isinstance(last, gen.models.AccountPage), last
+    last = list_accounts.sync(client=client, prefix="gen-list:", after=page.next_after)
+    assert isinstance(last, m.AccountPage), last
     assert [a.account_id for a in last.accounts] == ["gen-list:c"]
     assert last.next_after is None
-    response = gen.list_accounts.sync_detailed(client=client, limit=0)
+    response = list_accounts.sync_detailed(client=client, limit=0)
     assert response.status_code == 422
-    assert isinstance(response.parsed, gen.models.Problem), response.content
+    assert isinstance(response.parsed, m.Problem), response.content
 
 
-def test_errors_parse_as_problem(gen: Generated, client: Any) -> None:
+def test_errors_parse_as_problem(client: AuthenticatedClient) -> None:
     acct = "gen-errors"
-    _grant(gen, client, acct, 10, 7, 100)
+    _grant(client, acct, 10, 7, 100)
 
     # A timestamp regression: 409 with the account's latest timestamp.
-    body = gen.models.ConsumeRequest(amount=1, timestamp=6)
-    response = gen.consume_credits.sync_detailed(account_id=acct, client=client, body=body)
+    body = m.ConsumeRequest(amount=1, timestamp=6)
+    response = consume_credits.sync_detailed(account_id=acct, client=client, body=body)
     assert response.status_code == 409
     assert response.headers["content-type"].startswith("application/problem+json")
     problem = response.parsed
-    assert isinstance(problem, gen.models.Problem), response.content
+    assert isinstance(problem, m.Problem), response.content
     assert problem.status == 409
     assert problem.account_timestamp == 7
     assert "7" in problem.detail
@@ -210,37 +182,38 @@ def test_errors_parse_as_problem(gen: Generated, client: Any) -> None:
     assert problem.title
 
     # Nothing changed.
-    assert _figures(_balance(gen, client, acct, 7)) == (10, 10, 0)
+    assert _figures(_balance(client, acct, 7)) == (10, 10, 0)
 
     # An account never seen: 404, and reading it creates nothing.
     for _ in range(2):
-        response = gen.get_balance.sync_detailed(account_id="gen-nobody", client=client)
-        assert response.status_code == 404
-        problem = response.parsed
-        assert isinstance(problem, gen.models.Problem), response.content
-        assert problem.status == 404
-        assert problem.detail
+        missing = get_balance.sync_detailed(account_id="gen-nobody", client=client)
+        assert missing.status_code == 404
+        assert isinstance(missing.parsed, m.Problem), missing.content
+        assert missing.parsed.status == 404
+        assert missing.parsed.detail
 
     # Input outside the domain: 422 naming the field.
-    bad = gen.models.GrantRequest(amount=0, timestamp=8, expiry=9)
-    response = gen.grant_credits.sync_detailed(account_id=acct, client=client, body=bad)
-    assert response.status_code == 422
-    problem = response.parsed
-    assert isinstance(problem, gen.models.Problem), response.content
-    assert problem.status == 422
-    assert any("amount" in [str(part) for part in issue.loc] for issue in problem.errors)
+    bad = m.GrantRequest(amount=0, timestamp=8, expiry=9)
+    refused = grant_credits.sync_detailed(account_id=acct, client=client, body=bad)
+    assert refused.status_code == 422
+    invalid = refused.parsed
+    assert isinstance(invalid, m.Problem), refused.content
+    assert invalid.status == 422
+    assert isinstance(invalid.errors, list), invalid
+    assert any("amount" in [str(part) for part in issue.loc] for issue in invalid.errors)
 
 
-def test_batch_through_generated_client(gen: Generated, client: Any) -> None:
+def test_batch_through_generated_client(client: AuthenticatedClient) -> None:
     """applyBatch: SPEC Example 1 as one batch, then an atomic batch that fails and changes
     nothing, its problem parsed with the failing operation's index and problem."""
-    apply_batch = importlib.import_module(f"{PACKAGE}.api.credits_.apply_batch")
-    m = gen.models
     acct = "gen-batch-1"
-    classes = {"grant": m.GrantOperation, "consume": m.ConsumeOperation}
-    operations = [
-        classes.get(s.op, m.BalanceOperation).from_dict(s.batch_operation(acct))
-        for s in EXAMPLE_1.steps
+    classes: dict[str, type[Operation]] = {
+        "grant": m.GrantOperation,
+        "consume": m.ConsumeOperation,
+        "balance": m.BalanceOperation,
+    }
+    operations: list[Operation] = [
+        classes[s.op].from_dict(s.batch_operation(acct)) for s in EXAMPLE_1.steps
     ]
     response = apply_batch.sync_detailed(
         client=client, body=m.BatchRequest(operations=operations), idempotency_key="gen-batch"
@@ -252,7 +225,7 @@ def test_batch_through_generated_client(gen: Generated, client: Any) -> None:
     assert (parsed.succeeded, parsed.failed) == (8, 0)
     results = parsed.results
     assert [(str(r.op), r.status) for r in results] == [(s.op, s.status) for s in EXAMPLE_1.steps]
-    answers = {"grant": m.GrantResponse, "consume": m.ConsumeResponse}
+    answers: dict[str, type[Answer]] = {"grant": m.GrantResponse, "consume": m.ConsumeResponse}
     expected_types = [answers.get(s.op, m.BalanceResponse) for s in EXAMPLE_1.steps]
     bodies = [r.body for r in results]
     assert [type(body) for body in bodies] == expected_types
@@ -279,59 +252,59 @@ def test_batch_through_generated_client(gen: Generated, client: Any) -> None:
             ),
         ],
     )
-    response = apply_batch.sync_detailed(client=client, body=failing)
-    assert response.status_code == 409
-    assert response.headers["content-type"].startswith("application/problem+json")
-    problem = response.parsed
-    assert isinstance(problem, m.Problem), response.content
+    refused = apply_batch.sync_detailed(client=client, body=failing)
+    assert refused.status_code == 409
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    problem = refused.parsed
+    assert isinstance(problem, m.Problem), refused.content
     assert problem.status == 409
     assert problem.type_
     assert problem.title
     assert problem.detail
     # Declared members of Problem: typed attributes of the generated model.
     assert problem.operation_index == 1
+    assert isinstance(problem.operation_problem, m.ProblemOperationProblemType0), problem
     inner = problem.operation_problem.to_dict()
-    assert isinstance(inner, dict)
     assert inner["status"] == 409
     assert inner["account_timestamp"] == 13
     assert str(inner["type"]).endswith("timestamp-regression")
 
     # Nothing applied: the account is as Example 1 left it, the new account was not created.
-    latest = gen.get_balance.sync(account_id=acct, client=client)
+    latest = get_balance.sync(account_id=acct, client=client)
     assert isinstance(latest, m.BalanceResponse), latest
     assert latest.to_dict() == EXAMPLE_1.last.body(acct)
-    missing = gen.get_balance.sync_detailed(account_id="gen-batch-new", client=client)
+    missing = get_balance.sync_detailed(account_id="gen-batch-new", client=client)
     assert missing.status_code == 404
     assert isinstance(missing.parsed, m.Problem)
-    page = gen.list_ledger_entries.sync(account_id=acct, client=client)
-    assert isinstance(page, m.LedgerPage), page
-    assert [e.sequence for e in page.entries] == [1, 2, 3, 4, 5]
+    assert [e.sequence for e in _ledger(client, acct).entries] == [1, 2, 3, 4, 5]
 
 
-def test_example_3_and_a_void_through_generated_client(gen: Generated, client: Any) -> None:
+def test_example_3_and_a_void_through_generated_client(client: AuthenticatedClient) -> None:
     """SPEC section 5's Example 3, then a void (section 7), as a client generated from the
     committed document sends them."""
-    m, acct = gen.models, "gen-example-3"
+    acct = "gen-example-3"
 
-    def grant(amount: int, ts: int, expiry: int, resources: list[str] | None = None) -> Any:
+    def grant(
+        amount: int, ts: int, expiry: int, resources: list[str] | None = None
+    ) -> m.GrantResponse:
         body = m.GrantRequest(amount=amount, timestamp=ts, expiry=expiry)
         if resources is not None:
             body = m.GrantRequest(amount=amount, timestamp=ts, expiry=expiry, resources=resources)
-        parsed = gen.grant_credits.sync(account_id=acct, client=client, body=body)
+        parsed = grant_credits.sync(account_id=acct, client=client, body=body)
         assert isinstance(parsed, m.GrantResponse), parsed
         return parsed
 
-    def consume(amount: int, ts: int, resource: str) -> Any:
+    def consume(amount: int, ts: int, resource: str) -> m.ConsumeResponse:
         body = m.ConsumeRequest(amount=amount, timestamp=ts, resource=resource)
-        parsed = gen.consume_credits.sync(account_id=acct, client=client, body=body)
+        parsed = consume_credits.sync(account_id=acct, client=client, body=body)
         assert isinstance(parsed, m.ConsumeResponse), parsed
         return parsed
 
     def balance(ts: int, resource: str | None = None) -> int:
         kwargs: dict[str, Any] = {} if resource is None else {"resource": resource}
-        parsed = gen.get_balance.sync(account_id=acct, client=client, timestamp=ts, **kwargs)
+        parsed = get_balance.sync(account_id=acct, client=client, timestamp=ts, **kwargs)
         assert isinstance(parsed, m.BalanceResponse), parsed
-        return int(parsed.balance)
+        return parsed.balance
 
     assert grant(100, 0, 50, ["h100"]).resources == ["h100"]
     grant(40, 0, 30)
@@ -343,39 +316,39 @@ def test_example_3_and_a_void_through_generated_client(gen: Generated, client: A
     assert grant(15, 6, 70).settled_debt == 10
     assert (balance(6, "h100"), balance(6, "a100"), balance(6)) == (5, 30, 30)
 
-    voided = gen.void_grant.sync(
+    voided = void_grant.sync(
         account_id=acct, grant_id=3, client=client, body=m.VoidRequest(timestamp=7)
     )
     assert isinstance(voided, m.VoidResponse), voided
     assert (voided.amount, voided.available, voided.debt) == (25, 5, 0)
-    again = gen.void_grant.sync_detailed(
+    again = void_grant.sync_detailed(
         account_id=acct, grant_id=3, client=client, body=m.VoidRequest(timestamp=8)
     )
     assert again.status_code == 409
     assert isinstance(again.parsed, m.Problem), again.content
-    page = gen.list_ledger_entries.sync(account_id=acct, client=client)
-    assert isinstance(page.entries[-1], m.VoidEntry), page.entries[-1]
+    last_entry = _ledger(client, acct).entries[-1]
+    assert isinstance(last_entry, m.VoidEntry), last_entry
 
 
-def test_example_4_through_generated_client(gen: Generated, client: Any) -> None:
+def test_example_4_through_generated_client(client: AuthenticatedClient) -> None:
     """SPEC section 6's Example 4 (W = 10) as a client generated from the committed document
     sends it: the window set through putAccountSettings, late grants restating the
     consumption, the ledger in effective order, a too-late write refused."""
-    m, acct = gen.models, "gen-example-4"
+    acct = "gen-example-4"
 
-    def grant(amount: int, ts: int, expiry: int) -> Any:
+    def grant(amount: int, ts: int, expiry: int) -> m.GrantResponse:
         body = m.GrantRequest(amount=amount, timestamp=ts, expiry=expiry)
-        parsed = gen.grant_credits.sync(account_id=acct, client=client, body=body)
+        parsed = grant_credits.sync(account_id=acct, client=client, body=body)
         assert isinstance(parsed, m.GrantResponse), parsed
         return parsed
 
     grant(50, 10, 100)
-    settings = gen.put_account_settings.sync(
+    settings = put_account_settings.sync(
         account_id=acct, client=client, body=m.AccountSettingsRequest(lateness_window=10)
     )
     assert isinstance(settings, m.AccountSettingsResponse), settings
     assert (settings.lateness_window, settings.inherited, settings.watermark) == (10, False, 10)
-    consumed = gen.consume_credits.sync(
+    consumed = consume_credits.sync(
         account_id=acct, client=client, body=m.ConsumeRequest(amount=80, timestamp=20)
     )
     assert isinstance(consumed, m.ConsumeResponse), consumed
@@ -384,20 +357,19 @@ def test_example_4_through_generated_client(gen: Generated, client: Any) -> None
     assert (late_2.retained, late_2.restated, late_2.debt, late_2.watermark) == (40, 0, 30, 10)
     late_3 = grant(40, 12, 60)
     assert (late_3.restated, late_3.available, late_3.debt) == (1, 10, 0)
-    refused = gen.consume_credits.sync_detailed(
+    refused = consume_credits.sync_detailed(
         account_id=acct, client=client, body=m.ConsumeRequest(amount=5, timestamp=9)
     )
     assert refused.status_code == 409
     assert isinstance(refused.parsed, m.Problem), refused.content
     assert (refused.parsed.watermark, refused.parsed.account_timestamp) == (10, 20)
-    page = gen.list_ledger_entries.sync(account_id=acct, client=client)
-    assert [(e.kind, e.timestamp, e.revision) for e in page.entries] == [
+    assert [(e.kind, e.timestamp, e.revision) for e in _ledger(client, acct).entries] == [
         ("grant", 10, 0),
         ("grant", 12, 0),
         ("grant", 15, 0),
         ("expiration", 18, 0),
         ("consumption", 20, 1),
     ]
-    as_of = gen.get_balance.sync(account_id=acct, client=client, timestamp=16)
+    as_of = get_balance.sync(account_id=acct, client=client, timestamp=16)
     assert isinstance(as_of, m.BalanceResponse), as_of
     assert (as_of.available, as_of.final) == (130, False)

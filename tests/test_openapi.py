@@ -37,6 +37,7 @@ OPERATION_IDS = {
     "voidGrant",
     "putAccountSettings",
     "getAccountSettings",
+    "getForecast",
 }
 # getBalance is not here: reads are safe (SPEC section 3), a read before the clock is as-of.
 WITH_409 = {"grantCredits", "consumeCredits", "applyBatch", "voidGrant", "listLedgerEntries"}
@@ -121,6 +122,7 @@ def test_operations_are_at_their_paths(served: dict[str, Any]) -> None:
         "voidGrant": ("post", "/v1/accounts/{account_id}/grants/{grant_id}/void"),
         "putAccountSettings": ("put", "/v1/accounts/{account_id}/settings"),
         "getAccountSettings": ("get", "/v1/accounts/{account_id}/settings"),
+        "getForecast": ("get", "/v1/accounts/{account_id}/forecast"),
     }
 
 
@@ -218,6 +220,7 @@ def test_other_documented_errors(served: dict[str, Any]) -> None:
             "voidGrant",
             "putAccountSettings",  # settings do not create accounts
             "getAccountSettings",
+            "getForecast",
         }
         assert ("404" in statuses) == reads_account, operation_id
         assert "503" in statuses, operation_id
@@ -247,6 +250,15 @@ def test_parameters_are_bounded(served: dict[str, Any]) -> None:
         assert schema["pattern"] == "^([A-Za-z0-9][A-Za-z0-9._:-]{0,127})?$", name
     assert listing["limit"]["schema"]["minimum"] == 1
     assert listing["limit"]["schema"]["maximum"] == 1000
+    forecast = {p["name"]: p for p in ops["getForecast"]["parameters"]}
+    assert set(forecast) == {"account_id", "burn_rate", "resource"}
+    assert forecast["burn_rate"]["required"] is True
+    assert forecast["burn_rate"]["schema"]["minimum"] == 1
+    assert forecast["burn_rate"]["schema"]["maximum"] == 2**53 - 1
+    (dry_run,) = [p for p in ops["consumeCredits"]["parameters"] if p["name"] == "dry_run"]
+    assert dry_run["in"] == "query"
+    assert dry_run["required"] is False
+    assert dry_run["schema"]["type"] == "boolean"
 
 
 def _refs(node: Any) -> Iterator[str]:

@@ -198,6 +198,16 @@ class StorageContract(Generic[S]):
         team = data.ENTRIES["team-b:1"]  # an expiration at 8 comes before a write at 8
         assert await store.read_entries("team-b:1", (8, -1), 5) == team[2:]
 
+    async def test_the_end_of_the_ledger_is_read_in_effective_order(self, store: S) -> None:
+        await self.write_all(store)
+        acme = data.ENTRIES["acme"]
+        assert await store.read_latest_entries("acme", 2) == acme[-2:]
+        assert await store.read_latest_entries("acme", 1) == acme[-1:]
+        assert await store.read_latest_entries("acme", 100) == acme
+        team = data.ENTRIES["team-b:1"]  # an expiration at 8 comes before a write at 8
+        assert await store.read_latest_entries("team-b:1", 2) == team[1:]
+        assert await store.read_latest_entries("nobody", 5) == []
+
     async def test_a_late_write_restates_what_follows_it(self, store: S) -> None:
         """SPEC section 6, Example 4's third write, as storage sees it: a late grant is
         appended, the consumption after it is restated in place, a live grant comes back,
@@ -239,6 +249,7 @@ class StorageContract(Generic[S]):
         )
         assert await store.read_entries("late", None, 10) == [g1, g2, c1_now]
         assert await store.read_entries("late", (12, 3), 10) == [c1_now]
+        assert await store.read_latest_entries("late", 2) == [g2, c1_now]  # not by sequence
         assert await store.read_entry_position("late", 2) == (20, 2)
         assert await store.read_writes("late", None, 15, 10) == [g1, g2]
         assert await store.read_writes("late", (10, 1), 100, 1) == [g2]
@@ -508,6 +519,41 @@ class TestSqliteStore(EmbeddedContract, DurableContract[EmbeddedJournal]):
         assert "SEARCH accounts USING PRIMARY KEY (account_id>? AND account_id<?)" in plan, plan
         assert "TEMP B-TREE" not in plan, plan
 
+    async def test_the_end_of_the_ledger_is_an_index_read_backwards(
+        self, store: EmbeddedJournal, tmp_path: Path
+    ) -> None:
+        """Bounded work whatever the history's length: the position index, no sort."""
+        with sqlite3.connect(tmp_path / "ledger.sqlite3") as db:
+            plan = " | ".join(
+                r[3]
+                for r in db.execute(f"EXPLAIN QUERY PLAN {sqlite_backend.LATEST_ENTRIES}", ("a", 5))
+            )
+        assert "SEARCH entries USING INDEX entries_by_position (account_id=?)" in plan, plan
+        assert "TEMP B-TREE" not in plan, plan
+
+    @pytest.mark.parametrize(
+        ("query", "index", "args"),
+        [
+            (sqlite_backend.GRANT_ENTRY, "entries_by_grant", ("a", 1)),
+            (sqlite_backend.VOID_ENTRY, "entries_by_void", ("a", 1)),
+            (sqlite_backend.GRANT_ENTRIES.format(marks="?, ?"), "entries_by_grant", ("a", 1, 2)),
+        ],
+        ids=["grant", "void", "grants"],
+    )
+    async def test_a_grant_entry_is_an_index_lookup(
+        self,
+        store: EmbeddedJournal,
+        tmp_path: Path,
+        query: str,
+        index: str,
+        args: tuple[object, ...],
+    ) -> None:
+        """Not a scan of the account's history (the primary key's account_id prefix, which
+        SQLite's planner picks by itself)."""
+        with sqlite3.connect(tmp_path / "ledger.sqlite3") as db:
+            plan = " | ".join(r[3] for r in db.execute(f"EXPLAIN QUERY PLAN {query}", args))
+        assert f"SEARCH entries USING INDEX {index} (account_id=? AND grant_id=?)" in plan, plan
+
 
 class TransactionalContract(StorageContract[TransactionalStore]):
     # The database's own refusal; AssertionError when the group's checks refuse it first.
@@ -590,6 +636,22 @@ class TestPostgresStore(TransactionalContract, DurableContract[TransactionalStor
         finally:
             await conn.close()
         assert "Index Scan using accounts_by_prefix on accounts" in plan, plan
+        assert "Sort" not in plan, plan
+
+    async def test_the_end_of_the_ledger_is_an_index_read_backwards(
+        self, store: TransactionalStore, url: str
+    ) -> None:
+        """Bounded work whatever the history's length: the position index read backwards,
+        no sort (sequential and bitmap scans disabled, as above)."""
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute("SET enable_seqscan = off; SET enable_bitmapscan = off")
+            plan = "\n".join(
+                r[0] for r in await conn.fetch(f"EXPLAIN {pg_backend.LATEST_ENTRIES}", "a", 5)
+            )
+        finally:
+            await conn.close()
+        assert "Index Scan Backward using entries_by_position on entries" in plan, plan
         assert "Sort" not in plan, plan
 
 

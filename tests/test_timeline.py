@@ -673,6 +673,49 @@ def test_restore_refuses_lines_the_writes_do_not_give() -> None:
         restore(lines, next_grant_id=7)
 
 
+@pytest.mark.parametrize("window", [0, 3, 6], ids=lambda w: f"lowered-to-{w}")
+def test_restore_with_a_lowered_window_folds_as_set_window_does(window: int) -> None:
+    """A window lowered across a restart (the service's, by configuration): the stored
+    watermark trails the clock by more than the new window. Restoring folds what the new
+    window passes, exactly as ``set_window`` would have, except that it emits no checkpoint
+    (nothing is written on a load): the count carries on, and the next fold emits one."""
+    run = Run(window=10, limits=SMALL)
+    for timestamp in range(0, 40, 2):
+        run.write(GrantWrite(3, timestamp, timestamp + 15))
+        run.write(ConsumeWrite(2, timestamp + 1, "h100" if timestamp % 4 else None))
+    assert run.timeline.provisional_count > 0
+    rebuilt = AccountTimeline.restore(
+        run.timeline.final.state(),
+        next_sequence=run.timeline.next_sequence,
+        watermark=run.timeline.watermark,
+        window=window,
+        lines=[line for line in run.store.listing() if line.timestamp > run.timeline.final.clock],
+        next_grant_id=run.timeline.next_grant_id,
+        folded_since_checkpoint=run.timeline.folded_since_checkpoint,
+        limits=SMALL,
+    )
+    rebuilt.check_invariants()
+    lowered = run.timeline.copy()
+    lowered.set_window(window)
+    assert rebuilt.watermark == lowered.watermark == max(0, rebuilt.clock - window)
+    assert _but_checkpoint_count(rebuilt) == _but_checkpoint_count(lowered)
+    assert (rebuilt.current is rebuilt.final) == (window == 0)
+    folded = rebuilt.folded_since_checkpoint - run.timeline.folded_since_checkpoint
+    assert folded == run.timeline.provisional_count - rebuilt.provisional_count
+    # It carries on as the lowered original does; its next fold emits the checkpoint due.
+    outcomes = [t.write(ConsumeWrite(1, t.clock + 1)) for t in (rebuilt, lowered)]
+    rebuilt.check_invariants()
+    assert _but_checkpoint_count(rebuilt) == _but_checkpoint_count(lowered)
+    assert outcomes[0].folded == 1
+    (due,) = outcomes[0].checkpoints
+    assert due.state == rebuilt.final.state() == lowered.final.state()
+
+
+def _but_checkpoint_count(timeline: AccountTimeline) -> tuple[object, ...]:
+    observed = snapshot(timeline)
+    return observed[:5] + observed[6:]
+
+
 def test_from_state_is_one_tracker() -> None:
     timeline = AccountTimeline()
     for write in _random_in_order(random.Random(5), 50):

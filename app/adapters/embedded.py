@@ -369,6 +369,14 @@ class EmbeddedPort:
             found = []  # past the end
         return found, watermark
 
+    async def latest_entries(self, account_id: str, limit: int) -> tuple[list[Entry], int]:
+        slot = self._existing(account_id)
+        async with slot.lock:
+            fut = slot.durable
+            watermark = slot.state.timeline.watermark
+        await self._await_durable(fut)
+        return await self._store.read_latest_entries(account_id, limit), watermark
+
     async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
         """Which accounts exist, and their order, come from the store: it holds exactly the
         accounts whose first write is committed, sorted (the registry is a dict, and also

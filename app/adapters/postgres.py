@@ -90,10 +90,16 @@ def _service_errors() -> Iterator[None]:
         raise ServiceUnavailable(f"database unavailable: {exc}") from exc
 
 
-def _view_of(state: RowState, timestamp: int, totals: tuple[int, int]) -> BalanceView:
+def _view_of(
+    state: RowState, watermark: int, timestamp: int, totals: tuple[int, int]
+) -> BalanceView:
     """A total read of a row: at or after its clock a projection, before it an as-of read."""
-    read = AsOfRead(state.account_id, timestamp, None, state.watermark)
+    read = AsOfRead(state.account_id, timestamp, None, watermark)
     return journal.as_of_view(read, *totals)
+
+
+def _totals(state: RowState) -> tuple[int, int]:
+    return state.available, state.debt
 
 
 @dataclass(slots=True)
@@ -267,7 +273,8 @@ class PostgresPort:
         if resource is not None:
             # A class's figures need its live grants and debt: from one snapshot of them.
             row, tracker = await self._snapshot(account_id)
-            view = journal.read_balance(account_id, tracker, row.watermark, timestamp, resource)
+            watermark = self._watermark(row)
+            view = journal.read_balance(account_id, tracker, watermark, timestamp, resource)
             if isinstance(view, AsOfRead):
                 return await self._read(as_of(self._pg, view))
             return view
@@ -275,17 +282,17 @@ class PostgresPort:
             state = await self._read(self._pg.read_account(account_id))
             if state is None:
                 raise AccountNotFound(account_id)
-            return _view_of(state, state.clock, (state.available, state.debt))
+            return _view_of(state, self._watermark(state), state.clock, _totals(state))
         found = await self._read(self._pg.read_balance_at(account_id, timestamp))
         if found is None:
             raise AccountNotFound(account_id)
-        return _view_of(found[0], timestamp, found[1])
+        return _view_of(found[0], self._watermark(found[0]), timestamp, found[1])
 
     async def live_grants(
         self, account_id: str, resource: str | None = None
     ) -> tuple[BalanceView, list[LiveGrantView]]:
         state, tracker = await self._snapshot(account_id)
-        view = journal.view(account_id, tracker, state.watermark, resource)
+        view = journal.view(account_id, tracker, self._watermark(state), resource)
         return view, journal.live_grant_views(tracker, resource)
 
     async def _snapshot(self, account_id: str) -> tuple[RowState, GPUCreditTracker]:
@@ -324,13 +331,29 @@ class PostgresPort:
                 raise CursorGone(account_id, after_sequence)
             found = []  # past the end
         # The watermark read first: entries before it were final then, so they are now.
+        return found, self._watermark(state)
+
+    async def latest_entries(self, account_id: str, limit: int) -> tuple[list[Entry], int]:
+        state = await self._read(self._pg.read_account(account_id))
+        if state is None:
+            raise AccountNotFound(account_id)
+        found = await self._read(self._pg.read_latest_entries(account_id, limit))
+        # The watermark read first, as for a page: entries before it were final then.
         return found, state.watermark
 
     async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
         """One committed snapshot of the account rows (placeholders of accounts being
         created are not committed, so not listed), each at its clock from the row alone."""
         states = await self._read(self._pg.read_account_states(prefix, after, limit))
-        return [_view_of(state, state.clock, (state.available, state.debt)) for state in states]
+        return [
+            _view_of(state, self._watermark(state), state.clock, _totals(state)) for state in states
+        ]
+
+    def _watermark(self, state: RowState) -> int:
+        """The row's watermark under the window in force now (see ``watermark_in_force``)."""
+        return journal.watermark_in_force(
+            state.watermark, state.clock, state.lateness_window, self._limits.lateness_window
+        )
 
     async def _read(self, pending: Awaitable[_T]) -> _T:
         """Await a read; a database that is down is a 503, not a 500."""

@@ -12,6 +12,8 @@ Who may do what:
   (``/docs``, ``/redoc``, ``/docs/assets/*``, from ``app.api.docs_pages``). The last ones are
   served outside the API routes (``LedgerRoute``, ``app.api.routing``), which are the only
   routes that authenticate.
+- The account pages (``/ui/...``, ``app.ui.pages``) are not API routes either: they take the
+  same keys, with ``credits:read``, from the header or from their sign-in cookie.
 
 When no key is configured, authentication is off; ``app.cli`` then refuses to listen on
 anything but loopback unless it is explicitly started with ``--insecure-no-auth``.

@@ -69,7 +69,7 @@ CLASS_LIMIT = ProblemType("class-limit", "Too many GPU classes on the account", 
 UNSUPPORTED_MEDIA_TYPE = ProblemType("unsupported-media-type", "Body must be JSON", 415)
 METHOD_NOT_ALLOWED = ProblemType("method-not-allowed", "Method not allowed", 405)
 TIMESTAMP_REGRESSION = ProblemType(
-    "timestamp-regression", "Timestamp earlier than the account's latest", 409
+    "timestamp-regression", "Timestamp before the account's watermark", 409
 )
 VALIDATION = ProblemType("validation-error", "Request is invalid", 422)
 INVALID_INPUT = ProblemType("invalid-input", "Input outside the allowed domain", 422)

@@ -21,6 +21,7 @@ from app.service.results import (
     BalanceView,
     BatchOutcome,
     ConsumptionReceipt,
+    ForecastView,
     GrantReceipt,
     VoidReceipt,
 )
@@ -35,6 +36,17 @@ _GRANT_JSON: TypeAdapter[GrantReceipt] = TypeAdapter(GrantReceipt)
 _CONSUME_JSON: TypeAdapter[ConsumptionReceipt] = TypeAdapter(ConsumptionReceipt)
 _BALANCE_JSON: TypeAdapter[BalanceView] = TypeAdapter(BalanceView)
 _VOID_JSON: TypeAdapter[VoidReceipt] = TypeAdapter(VoidReceipt)
+_FORECAST_JSON: TypeAdapter[ForecastView] = TypeAdapter(ForecastView)
+
+
+@dataclasses.dataclass(slots=True)
+class _DryRunConsumption(ConsumptionReceipt):
+    """A dry run's answer: the consumption's, flagged."""
+
+    dry_run: bool = True
+
+
+_DRY_RUN_JSON: TypeAdapter[_DryRunConsumption] = TypeAdapter(_DryRunConsumption)
 
 
 @dataclasses.dataclass(slots=True)
@@ -60,6 +72,16 @@ def grant(receipt: GrantReceipt) -> bytes:
 
 def consumption(receipt: ConsumptionReceipt) -> bytes:
     return _CONSUME_JSON.dump_json(receipt)
+
+
+def consumption_dry_run(receipt: ConsumptionReceipt) -> bytes:
+    """What the consumption would answer, with ``"dry_run": true``."""
+    fields = {f.name: getattr(receipt, f.name) for f in dataclasses.fields(receipt)}
+    return _DRY_RUN_JSON.dump_json(_DryRunConsumption(**fields))
+
+
+def forecast(view: ForecastView) -> bytes:
+    return _FORECAST_JSON.dump_json(view)
 
 
 def void(receipt: VoidReceipt) -> bytes:

@@ -19,13 +19,21 @@ from app.api.docs import (
     SETTINGS_EXAMPLES,
     VOID_EXAMPLES,
 )
-from app.api.idempotent import REPLAYED_HEADER, WITH_IDEMPOTENCY_KEY, idempotency_of, replayed
+from app.api.dry_run import DRY_RUN_PARAMETER, dry_run_of
+from app.api.idempotent import (
+    IDEMPOTENCY_KEY_PARAMETER,
+    REPLAYED_HEADER,
+    WITH_IDEMPOTENCY_KEY,
+    idempotency_of,
+    replayed,
+)
 from app.api.problems import ProblemType, describe, documented, problem_response
 from app.api.routing import ANY_SCOPE, LedgerRoute, public, requires
 from app.api.schemas import (
     ACCOUNT_ID_MAX_CHARS,
     ACCOUNT_PAGE_MAX,
     ACCOUNT_PREFIX_PATTERN,
+    CLASS_NAME_PATTERN,
     LEDGER_PAGE_MAX,
     AccountId,
     AccountPage,
@@ -38,6 +46,7 @@ from app.api.schemas import (
     ConsumeOperation,
     ConsumeRequest,
     ConsumeResponse,
+    ForecastResponse,
     GrantDetailResponse,
     GrantOperation,
     GrantRequest,
@@ -53,7 +62,7 @@ from app.api.schemas import (
     VoidRequest,
     VoidResponse,
 )
-from app.domain import MAX_VALUE
+from app.domain import MAX_CLASS_NAME_LENGTH, MAX_VALUE
 from app.keys import Scope
 from app.service.commands import BalanceOp, ConsumeOp, GrantOp, Operation, VoidOp
 from app.service.errors import ServiceUnavailable
@@ -122,7 +131,7 @@ async def grant_credits(
 @router.post(
     "/v1/accounts/{account_id}/consumptions",
     operation_id="consumeCredits",
-    openapi_extra=WITH_IDEMPOTENCY_KEY,
+    openapi_extra={"parameters": [DRY_RUN_PARAMETER, IDEMPOTENCY_KEY_PARAMETER]},
     summary="Consume credits, earliest expiry first",
     status_code=200,
     response_model=ConsumeResponse,
@@ -139,7 +148,13 @@ async def consume_credits(
     request: Request,
 ) -> Any:
     """Consume `amount` credits at `timestamp`, earliest-expiring first. What active credits
-    cannot cover becomes debt. `debt` in the answer is the total outstanding debt."""
+    cannot cover becomes debt. `debt` in the answer is the total outstanding debt. With
+    `?dry_run=true`, nothing is consumed: the answer is what the consumption would do."""
+    if dry_run_of(request):
+        receipt = await _ledger(request).consume_dry_run(
+            account_id, body.amount, body.timestamp, body.resource
+        )
+        return _json(render.consumption_dry_run(receipt), render.CONSUME_STATUS)
     idem = idempotency_of(request, "consume", account_id, body)
     result = await _ledger(request).consume(
         account_id, body.amount, body.timestamp, idem, body.resource
@@ -201,6 +216,54 @@ async def list_grants(
     class could draw, and the balance of that class. Changes nothing."""
     view, grants = await _ledger(request).live_grants(account_id, resource)
     return {**dataclasses.asdict(view), "grants": grants}
+
+
+@router.get(
+    "/v1/accounts/{account_id}/forecast",
+    operation_id="getForecast",
+    summary="Forecast a constant burn: when credits run out, what expires unused",
+    response_model=ForecastResponse,
+    responses=documented(401, 403, 404, 422, 503),
+    tags=["credits"],
+)
+@requires(Scope.READ)
+async def get_forecast(
+    account_id: AccountId,
+    request: Request,
+    burn_rate: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=MAX_VALUE,
+            description=(
+                "Credits consumed per timestamp unit: a consumption of `burn_rate` at every "
+                "integer time from the account's clock. 1 to 2^53-1."
+            ),
+            examples=[10],
+        ),
+        QueryInt,
+    ],
+    resource: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_CLASS_NAME_LENGTH,
+            pattern=CLASS_NAME_PATTERN,
+            description=(
+                "The GPU class the burn runs on: unrestricted grants and those listing it pay. "
+                "Omitted: no class, so unrestricted grants alone pay."
+            ),
+        ),
+    ] = None,
+) -> Any:
+    """If the account consumed `burn_rate` credits (of class `resource`) at every integer
+    time from its clock on, and nothing else happened: when the credits it can draw run out
+    (`run_out_at`, the first step not covered in full) and, grant by grant in the order they
+    would be drawn, how much the burn draws and how much expires unused at the grant's
+    expiry. Exact integers, the ledger's own rules (earliest expiry first). Debt is not
+    settled by a burn, only by grants. Changes nothing; unknown accounts are 404."""
+    view = await _ledger(request).forecast(account_id, burn_rate, resource)
+    return _json(render.forecast(view), 200)
 
 
 @router.get(

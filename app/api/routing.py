@@ -61,7 +61,7 @@ class LedgerRoute(APIRoute):
         policy = getattr(self.endpoint, _POLICY_ATTR, None)
         if policy is None:
             raise RuntimeError(f"{self.path}: the endpoint declares no access policy")
-        declared_query = {p.alias for p in self.dependant.query_params}
+        declared_query = {p.alias for p in self.dependant.query_params} | _hand_declared(self)
         expects_body = self.body_field is not None
 
         async def guarded(request: Request) -> Response:
@@ -87,6 +87,13 @@ class LedgerRoute(APIRoute):
             return await handler(StrictJsonRequest(request.scope, request.receive))
 
         return guarded
+
+
+def _hand_declared(route: APIRoute) -> set[str]:
+    """Query parameters declared in ``openapi_extra`` and read by the endpoint itself (not
+    FastAPI ``Query`` parameters, whose dependency solving costs every request)."""
+    extra = route.openapi_extra or {}
+    return {p["name"] for p in extra.get("parameters", ()) if p.get("in") == "query"}
 
 
 def _check_query(request: Request, declared: set[str]) -> None:

@@ -140,8 +140,10 @@ ResourceQuery = Annotated[
         pattern=CLASS_NAME_PATTERN,
         description=(
             "Answer for one GPU class: `available` is what a consumption of it could draw, "
-            "`debt` its own outstanding debt. Not before the account's latest timestamp "
-            "(the history keeps totals only; 422)."
+            "`debt` its own outstanding debt. Before the account's latest timestamp it is "
+            "replayed from the nearest checkpoint; 422 when the stored history cannot answer "
+            "it in bounded work (before the account's first checkpoint, or more writes back "
+            "than a replay may take)."
         ),
     ),
 ]
@@ -388,6 +390,14 @@ class ConsumeResponse(_Totals):
     )
     resource: str | None = Field(description="The GPU class it ran on; null: none.")
     restated: int = Field(ge=0, description=_RESTATED)
+    dry_run: bool = Field(
+        False,
+        description=(
+            "Present, and true, only in the answer to `?dry_run=true`: what this consumption "
+            "would do if it were sent now (its `sequence` the one it would get), and nothing "
+            "was recorded. Absent from a real consumption's answer."
+        ),
+    )
 
 
 class VoidResponse(_Totals):
@@ -429,6 +439,97 @@ class GrantDetailResponse(_Response):
     )
     name: str | None = Field(description="The grant's name, if it was given one.")
     metadata: dict[str, str] | None = Field(description="The grant's metadata, if any.")
+
+
+class ForecastGrant(_Response):
+    grant_id: int = Field(ge=1)
+    expiry: Figure = Field(description="When what is left of it expires (unusable from then).")
+    remaining: Figure = Field(description="Its credits left at the account's clock.")
+    consumed: Figure = Field(description="What the burn draws from it.")
+    expiring_unused: Figure = Field(
+        description="What is left of it at `expiry`, expiring unused (`remaining - consumed`)."
+    )
+    used_up_at: Figure | None = Field(
+        description="The burn step that draws its last credit; null when some of it expires."
+    )
+    resources: list[str] | None = Field(
+        description="The grant's GPU classes, sorted; null: unrestricted."
+    )
+
+
+class ForecastResponse(_Response):
+    model_config = ConfigDict(
+        from_attributes=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "account_id": "team-a:job-1",
+                    "timestamp": 0,
+                    "burn_rate": 10,
+                    "resource": None,
+                    "available": 130,
+                    "debt": 0,
+                    "run_out_at": 8,
+                    "consumed": 80,
+                    "expiring_unused": 50,
+                    "grants": [
+                        {
+                            "grant_id": 1,
+                            "expiry": 5,
+                            "remaining": 100,
+                            "consumed": 50,
+                            "expiring_unused": 50,
+                            "used_up_at": None,
+                            "resources": None,
+                        },
+                        {
+                            "grant_id": 2,
+                            "expiry": 20,
+                            "remaining": 30,
+                            "consumed": 30,
+                            "expiring_unused": 0,
+                            "used_up_at": 7,
+                            "resources": None,
+                        },
+                    ],
+                }
+            ]
+        },
+    )
+
+    account_id: str
+    timestamp: Figure = Field(description="The account's clock: the burn's first step.")
+    burn_rate: int = Field(ge=1, le=MAX_VALUE, description="Credits consumed per timestamp unit.")
+    resource: str | None = Field(
+        description="The GPU class burnt (`?resource=`); null: no class (unrestricted grants pay)."
+    )
+    available: Figure = Field(
+        description=(
+            "The live credits the burn can draw at the clock: unrestricted ones, and with "
+            "`resource` those listing it (the sum of `grants[].remaining`)."
+        )
+    )
+    debt: Figure = Field(
+        description=(
+            "Outstanding debt now, of `resource` or in total, as getBalance answers it. The burn "
+            "does not settle it (only grants do), and adds to it from `run_out_at` on."
+        )
+    )
+    run_out_at: Figure = Field(
+        description=(
+            "The first step the live credits cannot cover in full: from then on the burn "
+            "becomes debt. Every earlier step is covered, so `consumed = burn_rate * "
+            "(run_out_at - timestamp)` plus what the step at `run_out_at` drew (less than "
+            "`burn_rate`). The clock itself when there is nothing to draw."
+        )
+    )
+    consumed: Figure = Field(description="What the burn draws before it runs out.")
+    expiring_unused: Figure = Field(
+        description="What expires unused (`available - consumed`): the sum over `grants`."
+    )
+    grants: list[ForecastGrant] = Field(
+        description="The grants the burn can draw, in the order it draws them."
+    )
 
 
 class _EntryBase(BaseModel):

@@ -2,8 +2,11 @@
 
 ``tracker``: one account's credits in arrival order (SPEC sections 1, 5, 7). ``timeline``: one
 account in event time on top of it (SPEC section 6: late writes, restatements, the watermark).
+``forecast``: a constant burn from the clock over the live grants (when they run out, what
+expires unused).
 """
 
+from app.domain.forecast import Forecast, GrantForecast, drawable, forecast
 from app.domain.timeline import (
     CHECKPOINT_SPACING_MIN,
     DEFAULT_LIMITS,
@@ -81,7 +84,9 @@ __all__ = [
     "Expiration",
     "ExpirationLine",
     "FoldOutcome",
+    "Forecast",
     "GPUCreditTracker",
+    "GrantForecast",
     "GrantLine",
     "GrantResult",
     "GrantWrite",
@@ -103,5 +108,7 @@ __all__ = [
     "Write",
     "WriteLine",
     "WriteOutcome",
+    "drawable",
+    "forecast",
     "replay",
 ]

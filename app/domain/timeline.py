@@ -881,20 +881,29 @@ class AccountTimeline:
 
     # -- internals: folding ----------------------------------------------------------------
 
-    def _settle_watermark(self) -> tuple[int, tuple[Checkpoint, ...]]:
+    def _settle_watermark(
+        self, *, emit_checkpoints: bool = True
+    ) -> tuple[int, tuple[Checkpoint, ...]]:
         """After a write: the watermark follows the clock, then the bound on provisional
         writes; whatever either passes folds."""
-        folded, checkpoints = self._fold_to(max(self._watermark, self._clock - self._window))
+        folded, checkpoints = self._fold_to(
+            max(self._watermark, self._clock - self._window), emit_checkpoints=emit_checkpoints
+        )
         excess = self.provisional_count - self._limits.max_provisional
         if excess > 0:
-            more, later = self._fold_to(self._stamps[self._head + excess - 1])
+            more, later = self._fold_to(
+                self._stamps[self._head + excess - 1], emit_checkpoints=emit_checkpoints
+            )
             folded += more
             checkpoints += later
         return folded, checkpoints
 
-    def _fold_to(self, watermark: int) -> tuple[int, tuple[Checkpoint, ...]]:
+    def _fold_to(
+        self, watermark: int, *, emit_checkpoints: bool = True
+    ) -> tuple[int, tuple[Checkpoint, ...]]:
         """Move the watermark to ``watermark`` (never back) and apply the provisional writes
-        it passes to the final tracker, emitting a checkpoint every K of them."""
+        it passes to the final tracker, emitting a checkpoint every K of them (unless
+        ``emit_checkpoints`` is false: then the count passes K and the next fold emits)."""
         assert watermark <= self._clock
         if watermark <= self._watermark and (
             self._head == len(self._pending) or self._stamps[self._head] > self._watermark
@@ -916,7 +925,7 @@ class AccountTimeline:
                 del self._pending_grants[p.grant_id]
             head += 1
             since += 1
-            if since >= self._checkpoint_spacing:
+            if emit_checkpoints and since >= self._checkpoint_spacing:
                 checkpoints.append(self._checkpoint(p.sequence, p.timestamp))
                 since = 0
         folded = head - self._head
@@ -1001,10 +1010,6 @@ class AccountTimeline:
             raise InvalidInput(
                 "watermark", f"{watermark} must be from the final clock to the first provisional"
             )
-        if watermark < clock - self._window:
-            raise InvalidInput("watermark", f"{watermark} is behind clock - window")
-        if len(records) > self._limits.max_provisional:
-            raise InvalidInput("lines", "more provisional writes than max_provisional")
         tracker = final.copy()
         last_mark = 0
         for index, p in enumerate(records):
@@ -1033,6 +1038,16 @@ class AccountTimeline:
         self._current = tracker
         self._clock = clock
         self._watermark = watermark
+        # A window or bound lowered since these writes were stored (configuration changed
+        # across the restart): the rules say M = max(M, C - W) and at most max_provisional
+        # writes stay provisional, so what they pass folds now, as a write would fold it.
+        # Nothing is written on a load, so no checkpoint is emitted here; the count of
+        # folded writes carries on and the next fold that is written emits one.
+        self._settle_watermark(emit_checkpoints=False)
+        if self._window == 0 and self.provisional_count == 0:
+            assert _full_state(self._current) == _full_state(self._final)
+            self._current = self._final
+            self._marks.clear()
 
 
 # -- pure functions ----------------------------------------------------------------------

@@ -15,7 +15,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from app.domain import ClassList, Debt, GPUCreditTracker, InvalidInput, TrackerState
+from app.domain import (
+    ClassList,
+    Debt,
+    GPUCreditTracker,
+    InvalidInput,
+    LiveGrant,
+    TrackerState,
+    forecast,
+)
 from app.domain.timeline import (
     AccountTimeline,
     ConsumeWrite,
@@ -39,6 +47,8 @@ from app.service.results import (
     AllocationView,
     BalanceView,
     ConsumptionReceipt,
+    ForecastView,
+    GrantForecastView,
     GrantReceipt,
     GrantView,
     LiveGrantView,
@@ -328,6 +338,16 @@ def read_balance(
     return projection(account_id, tracker, watermark, timestamp, resource)
 
 
+def watermark_in_force(watermark: int, clock: int, window: int | None, default_window: int) -> int:
+    """A stored account's watermark under the window in force now: ``max(M, C - W)``
+    (SPEC section 6). Equal to the stored one unless the window was lowered since it was
+    written (the service's, by configuration across a restart): then loading the account
+    folds the same writes (``AccountTimeline.restore``) and the next write stores it, and a
+    read from storage alone must answer the same meanwhile."""
+    in_force = default_window if window is None else window
+    return max(watermark, clock - in_force)
+
+
 def as_of_view(read: AsOfRead, available: int, debt: int) -> BalanceView:
     """An as-of answer: final when its time is before the watermark (SPEC section 6)."""
     return BalanceView(
@@ -404,6 +424,38 @@ def live_grant_views(tracker: GPUCreditTracker, resource: str | None) -> list[Li
         LiveGrantView(g.grant_id, g.expiry, g.remaining, resources=_listed(g.resources))
         for g in tracker.live_grants(resource)
     ]
+
+
+def forecast_of(view: BalanceView, live: Sequence[LiveGrantView], burn_rate: int) -> ForecastView:
+    """A burn of ``burn_rate`` per timestamp unit from the clock (``view.timestamp``) over the
+    live grants as ``live_grant_views`` lists them for ``view.resource`` (consumption order):
+    see ``app.domain.forecast``. Raises ``InvalidInput`` for a burn rate outside 1 to
+    2^53-1."""
+    grants = [LiveGrant(g.grant_id, g.expiry, g.remaining, _class_set(g.resources)) for g in live]
+    result = forecast(grants, view.timestamp, burn_rate, view.resource)
+    return ForecastView(
+        account_id=view.account_id,
+        timestamp=result.start,
+        burn_rate=result.burn_rate,
+        resource=result.resource,
+        available=result.available,
+        debt=view.debt,
+        run_out_at=result.run_out_at,
+        consumed=result.consumed,
+        expiring_unused=result.expiring_unused,
+        grants=[
+            GrantForecastView(
+                g.grant_id,
+                g.expiry,
+                g.remaining,
+                g.consumed,
+                g.expiring_unused,
+                g.used_up_at,
+                _listed(g.resources),
+            )
+            for g in result.grants
+        ],
+    )
 
 
 def labelled(live: list[LiveGrantView], entries: Mapping[int, GrantEntry]) -> None:
@@ -606,3 +658,7 @@ def _debt_queue(tracker: GPUCreditTracker) -> tuple[Debt, ...]:
 
 def _listed(resources: tuple[str, ...] | None) -> list[str] | None:
     return None if resources is None else list(resources)
+
+
+def _class_set(resources: list[str] | None) -> tuple[str, ...] | None:
+    return None if resources is None else tuple(resources)

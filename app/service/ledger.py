@@ -30,12 +30,14 @@ from app.service.idempotency import BATCH_SCOPE, Encoder, Idempotency
 from app.service.journal import NO_LABEL, AccountState, AsOfRead, Label
 from app.service.limits import Limits
 from app.service.results import (
+    AccountOverview,
     AccountPage,
     AccountSettings,
     Answer,
     BalanceView,
     BatchOutcome,
     ConsumptionReceipt,
+    ForecastView,
     GrantReceipt,
     GrantView,
     LiveGrantView,
@@ -144,6 +146,23 @@ class Ledger:
             return self._consume(uow, account, amount, timestamp, resource)
 
         return await self._write(account_id, idempotency, apply)
+
+    async def consume_dry_run(
+        self, account_id: str, amount: int, timestamp: int, resource: str | None = None
+    ) -> ConsumptionReceipt:
+        """What ``consume`` would answer now, changing nothing: the same unit of work (the
+        account held, so the answer is what a write at this point would get; an unknown
+        account counted against the account bounds as a new one, then forgotten), the same
+        rules (``journal.consume``) on a copy of the account's timeline, and no commit. A
+        refusal is the one the write would get (a late write too: its answer counts what it
+        would restate). No Idempotency-Key: there is nothing to record or replay. Costs a
+        copy of the account, O(live grants + provisional writes)."""
+        self._check_serving()
+        async with self._port.unit_of_work([account_id]) as uow:
+            account = uow.account(account_id) or uow.create(account_id)
+            trial = AccountState(account_id, account.timeline.copy(), account.window)
+            _, receipt = journal.consume(trial, amount, timestamp, resource)
+        return receipt
 
     async def _write(
         self,
@@ -431,6 +450,17 @@ class Ledger:
             journal.labelled(live, await self._port.grant_entries(account_id, chunk))
         return view, live
 
+    async def forecast(
+        self, account_id: str, burn_rate: int, resource: str | None = None
+    ) -> ForecastView:
+        """A burn of ``burn_rate`` credits of class ``resource`` (None: of no class) per
+        timestamp unit from the account's clock: when the credits it can draw run out and
+        what expires unused, grant by grant (``app.domain.forecast``). Changes nothing;
+        unknown accounts are 404."""
+        self._check_serving()
+        view, live = await self._port.live_grants(account_id, resource)
+        return journal.forecast_of(view, live, burn_rate)
+
     async def grant_view(self, account_id: str, grant_id: int) -> GrantView:
         self._check_serving()
         return await self._port.grant_view(account_id, grant_id)
@@ -442,6 +472,25 @@ class Ledger:
         from the first), and the account's watermark."""
         self._check_serving()
         return await self._port.entries(account_id, after_sequence, limit)
+
+    async def overview(
+        self, account_id: str, grants_limit: int, entries_limit: int
+    ) -> AccountOverview:
+        """What a page about one account shows, in work bounded by the two limits: the state
+        at the clock, the first ``grants_limit`` live grants (the upcoming expirations, with
+        their labels) and the last ``entries_limit`` ledger entries. Three reads, each whole
+        on its own: a write that lands between them shows in the later ones only."""
+        assert 1 <= grants_limit <= MAX_GRANT_IDS_PER_READ
+        assert entries_limit >= 1
+        self._check_serving()
+        view, live = await self._port.live_grants(account_id, None)
+        shown = live[:grants_limit]
+        if shown:
+            ids = [g.grant_id for g in shown]
+            journal.labelled(shown, await self._port.grant_entries(account_id, ids))
+        entries, _ = await self._port.latest_entries(account_id, entries_limit + 1)
+        older = len(entries) > entries_limit
+        return AccountOverview(view, shown, len(live), entries[1:] if older else entries, older)
 
     async def accounts(self, prefix: str, after: str, limit: int) -> AccountPage:
         """Existing accounts whose id starts with ``prefix`` ("": all), after the cursor

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.service.commands import Operation
+from app.storage.base import Entry
 
 
 @dataclass(slots=True)
@@ -135,6 +136,48 @@ class GrantView:
     name: str | None = None
     metadata: dict[str, str] | None = None
     resources: list[str] | None = None
+
+
+@dataclass(slots=True)
+class GrantForecastView:
+    """One grant under a forecast burn (``app.domain.forecast``)."""
+
+    grant_id: int
+    expiry: int  # when what is left of it expires
+    remaining: int  # at the clock
+    consumed: int  # what the burn draws from it
+    expiring_unused: int  # what is left of it at its expiry
+    used_up_at: int | None  # the burn step drawing its last credit; None if some expires
+    resources: list[str] | None = None
+
+
+@dataclass(slots=True)
+class ForecastView:
+    """A constant burn from the account's clock: when the credits it can draw run out, and
+    what expires unused, grant by grant. Nothing is changed or recorded."""
+
+    account_id: str
+    timestamp: int  # the clock: the first step of the burn
+    burn_rate: int
+    resource: str | None
+    available: int  # what the burn can draw at the clock
+    debt: int  # outstanding debt (of ``resource``, or in total), which the burn does not touch
+    run_out_at: int  # the first step not covered in full
+    consumed: int
+    expiring_unused: int
+    grants: list[GrantForecastView]
+
+
+@dataclass(slots=True)
+class AccountOverview:
+    """An account at a glance, in bounded work: the state at its clock, the live grants that
+    expire first (in the order they will be used), and the end of its ledger."""
+
+    balance: BalanceView  # at the clock, with the watermark
+    live_grants: list[LiveGrantView]  # the first ones, labelled
+    live_grant_count: int  # all of them
+    entries: list[Entry]  # the last ones, in effective order (the newest last)
+    older_entries: bool  # whether the ledger holds entries before ``entries``
 
 
 Result = GrantReceipt | ConsumptionReceipt | VoidReceipt | BalanceView

@@ -134,6 +134,11 @@ class LedgerPort(Protocol):
         before it are final)."""
         ...
 
+    async def latest_entries(self, account_id: str, limit: int) -> tuple[list[Entry], int]:
+        """The last ``limit`` entries of the ledger in effective order, and the account's
+        watermark."""
+        ...
+
     async def grant_entries(
         self, account_id: str, grant_ids: Sequence[int]
     ) -> Mapping[int, GrantEntry]:

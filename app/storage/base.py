@@ -326,6 +326,13 @@ class StorageBackend(Protocol):
         cursor whatever late writes insert before it or restate after it."""
         ...
 
+    async def read_latest_entries(self, account_id: str, limit: int) -> list[Entry]:
+        """The last ``limit`` committed entries of the account, in effective order (the
+        newest last): the end of the ledger, read backwards along the same index as pages
+        are read forwards, so the work is bounded by ``limit`` whatever the history's
+        length."""
+        ...
+
     async def read_entry_position(self, account_id: str, sequence: int) -> Position | None:
         """Where the committed entry with this sequence stands in effective order, if it
         exists (a cursor given as a sequence, as pages before late events had)."""

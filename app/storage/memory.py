@@ -171,6 +171,10 @@ class MemoryStore:
         ledger = self._entries.get(account_id)
         return [] if ledger is None else ledger.after(after, limit)
 
+    async def read_latest_entries(self, account_id: str, limit: int) -> list[Entry]:
+        ledger = self._entries.get(account_id)
+        return [] if ledger is None else ledger.latest(limit)
+
     async def read_entry_position(self, account_id: str, sequence: int) -> Position | None:
         ledger = self._entries.get(account_id)
         entry = None if ledger is None else ledger.by_sequence.get(sequence)
@@ -299,6 +303,10 @@ class _Ledger:
     def after(self, after: Position | None, limit: int) -> list[Entry]:
         start = 0 if after is None else bisect.bisect_right(self.order, (after, 2**63))
         return [self.by_sequence[s] for _, s in self.order[start : start + limit]]
+
+    def latest(self, limit: int) -> list[Entry]:
+        assert limit >= 1
+        return [self.by_sequence[s] for _, s in self.order[-limit:]]
 
     def writes(self, after: Position | None, until_timestamp: int, limit: int) -> list[WriteEntry]:
         start = 0 if after is None else bisect.bisect_right(self.order, (after, 2**63))

@@ -265,6 +265,11 @@ _ENTRIES_AFTER = (
     f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE account_id = $1 AND (timestamp, rank) > ($2, $3) "
     "ORDER BY timestamp, rank LIMIT $4"
 )
+# The end of the ledger, newest first: the index on (account, timestamp, rank) read backwards.
+LATEST_ENTRIES = (
+    f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE account_id = $1 "
+    "ORDER BY timestamp DESC, rank DESC LIMIT $2"
+)
 _WRITES_AFTER = (
     f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE account_id = $1 AND (timestamp, rank) > ($2, $3) "
     "AND timestamp <= $4 AND kind <> 'expiration' ORDER BY timestamp, rank LIMIT $5"
@@ -677,6 +682,11 @@ class PostgresStore:
         async with self._connection() as conn:
             found = await conn.fetch(_ENTRIES_AFTER, account_id, *start, limit)
         return [_entry(r) for r in found]
+
+    async def read_latest_entries(self, account_id: str, limit: int) -> list[Entry]:
+        async with self._connection() as conn:
+            found = await conn.fetch(LATEST_ENTRIES, account_id, limit)
+        return [_entry(r) for r in reversed(found)]
 
     async def read_entry_position(self, account_id: str, sequence: int) -> Position | None:
         async with self._connection() as conn:

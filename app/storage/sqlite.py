@@ -286,6 +286,26 @@ _ENTRIES_AFTER = (
     f"SELECT {_ENTRY_FIELDS} FROM entries WHERE account_id = ? AND (timestamp, rank) > (?, ?) "
     "ORDER BY timestamp, rank LIMIT ?"
 )
+# One grant's entry, or its void's, by grant id: the partial indexes, named. Without
+# statistics SQLite's planner prefers the primary key's (account_id) prefix, a scan of the
+# account's whole history (40 ms at 2*10^5 entries, against 0.05 ms through the index).
+GRANT_ENTRY = (
+    f"SELECT {_ENTRY_FIELDS} FROM entries INDEXED BY entries_by_grant "
+    "WHERE account_id = ? AND grant_id = ? AND kind = 'grant'"
+)
+VOID_ENTRY = (
+    f"SELECT {_ENTRY_FIELDS} FROM entries INDEXED BY entries_by_void "
+    "WHERE account_id = ? AND grant_id = ? AND kind = 'void'"
+)
+GRANT_ENTRIES = (  # {marks}: one ? per grant id
+    f"SELECT {_ENTRY_FIELDS} FROM entries INDEXED BY entries_by_grant "
+    "WHERE account_id = ? AND kind = 'grant' AND grant_id IN ({marks})"
+)
+# The end of the ledger, newest first: the index on (account, timestamp, rank) read backwards.
+LATEST_ENTRIES = (
+    f"SELECT {_ENTRY_FIELDS} FROM entries WHERE account_id = ? "
+    "ORDER BY timestamp DESC, rank DESC LIMIT ?"
+)
 _WRITES_AFTER = (
     f"SELECT {_ENTRY_FIELDS} FROM entries WHERE account_id = ? AND (timestamp, rank) > (?, ?) "
     "AND timestamp <= ? AND kind != 'expiration' ORDER BY timestamp, rank LIMIT ?"
@@ -805,6 +825,18 @@ class SqliteStore:
     def _read_entries(self, account_id: str, after: Position | None, limit: int) -> list[Entry]:
         return _read_entries(self._read_conn, account_id, after, limit)
 
+    async def read_latest_entries(self, account_id: str, limit: int) -> list[Entry]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._reader, self._read_latest_entries, account_id, limit
+        )
+
+    def _read_latest_entries(self, account_id: str, limit: int) -> list[Entry]:
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        found = conn.execute(LATEST_ENTRIES, (account_id, limit)).fetchall()
+        return [_entry_from_row(r) for r in reversed(found)]
+
     async def read_entry_position(self, account_id: str, sequence: int) -> Position | None:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
@@ -867,11 +899,7 @@ class SqliteStore:
         conn = self._read_conn
         assert conn is not None, "store is not open"
         marks = ", ".join("?" * len(grant_ids))
-        rows = conn.execute(
-            f"SELECT {_ENTRY_FIELDS} FROM entries "
-            f"WHERE account_id = ? AND kind = 'grant' AND grant_id IN ({marks})",
-            (account_id, *grant_ids),
-        ).fetchall()
+        rows = conn.execute(GRANT_ENTRIES.format(marks=marks), (account_id, *grant_ids)).fetchall()
         found = [_entry_from_row(r) for r in rows]
         return {e.grant_id: e for e in found if isinstance(e, GrantEntry)}
 
@@ -882,11 +910,7 @@ class SqliteStore:
     def _read_void_entry(self, account_id: str, grant_id: int) -> VoidEntry | None:
         conn = self._read_conn
         assert conn is not None, "store is not open"
-        row = conn.execute(
-            f"SELECT {_ENTRY_FIELDS} FROM entries "
-            "WHERE account_id = ? AND grant_id = ? AND kind = 'void'",
-            (account_id, grant_id),
-        ).fetchone()
+        row = conn.execute(VOID_ENTRY, (account_id, grant_id)).fetchone()
         entry = None if row is None else _entry_from_row(row)
         assert entry is None or isinstance(entry, VoidEntry)
         return entry
@@ -900,11 +924,7 @@ class SqliteStore:
     def _read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         conn = self._read_conn
         assert conn is not None, "store is not open"
-        row = conn.execute(
-            f"SELECT {_ENTRY_FIELDS} FROM entries "
-            "WHERE account_id = ? AND grant_id = ? AND kind = 'grant'",
-            (account_id, grant_id),
-        ).fetchone()
+        row = conn.execute(GRANT_ENTRY, (account_id, grant_id)).fetchone()
         return None if row is None else _entry_from_row(row)
 
     async def read_totals_at(self, account_id: str, timestamp: int) -> tuple[int, int]:

@@ -1,0 +1,292 @@
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ... import errors
+from ...client import AuthenticatedClient, Client
+from ...models.problem import Problem
+from ...models.void_request import VoidRequest
+from ...models.void_response import VoidResponse
+from ...types import UNSET, Response, Unset
+
+
+def _get_kwargs(
+    account_id: str,
+    grant_id: int,
+    *,
+    body: VoidRequest,
+    idempotency_key: str | Unset = UNSET,
+) -> dict[str, Any]:
+    headers: dict[str, Any] = {}
+    if not isinstance(idempotency_key, Unset):
+        headers["Idempotency-Key"] = idempotency_key
+
+    _kwargs: dict[str, Any] = {
+        "method": "post",
+        "url": "/v1/accounts/{account_id}/grants/{grant_id}/void".format(
+            account_id=quote(str(account_id), safe=""),
+            grant_id=quote(str(grant_id), safe=""),
+        ),
+    }
+
+    _kwargs["json"] = body.to_dict()
+
+    headers["Content-Type"] = "application/json"
+
+    _kwargs["headers"] = headers
+    return _kwargs
+
+
+def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Problem | VoidResponse | None:
+    if response.status_code == 200:
+        response_200 = VoidResponse.from_dict(response.json())
+
+        return response_200
+
+    if response.status_code == 400:
+        response_400 = Problem.from_dict(response.json())
+
+        return response_400
+
+    if response.status_code == 401:
+        response_401 = Problem.from_dict(response.json())
+
+        return response_401
+
+    if response.status_code == 403:
+        response_403 = Problem.from_dict(response.json())
+
+        return response_403
+
+    if response.status_code == 404:
+        response_404 = Problem.from_dict(response.json())
+
+        return response_404
+
+    if response.status_code == 408:
+        response_408 = Problem.from_dict(response.json())
+
+        return response_408
+
+    if response.status_code == 409:
+        response_409 = Problem.from_dict(response.json())
+
+        return response_409
+
+    if response.status_code == 413:
+        response_413 = Problem.from_dict(response.json())
+
+        return response_413
+
+    if response.status_code == 414:
+        response_414 = Problem.from_dict(response.json())
+
+        return response_414
+
+    if response.status_code == 415:
+        response_415 = Problem.from_dict(response.json())
+
+        return response_415
+
+    if response.status_code == 422:
+        response_422 = Problem.from_dict(response.json())
+
+        return response_422
+
+    if response.status_code == 431:
+        response_431 = Problem.from_dict(response.json())
+
+        return response_431
+
+    if response.status_code == 503:
+        response_503 = Problem.from_dict(response.json())
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[Problem | VoidResponse]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    account_id: str,
+    grant_id: int,
+    *,
+    client: AuthenticatedClient,
+    body: VoidRequest,
+    idempotency_key: str | Unset = UNSET,
+) -> Response[Problem | VoidResponse]:
+    """Void a grant
+
+     Remove what is left of a grant issued by mistake, at `timestamp` (a `void` ledger
+    entry records the amount removed). Credits it already paid and debt it already settled
+    stay as they were. Unknown account or grant: 404; already voided: 409 (`grant-already-
+    voided`); `timestamp` before the grant's own: 422. A write like any other: it moves the
+    account's clock, takes an `Idempotency-Key`, and is a batch operation (`void`).
+
+    Args:
+        account_id (str): 1 to 128 characters of A-Z a-z 0-9 . _ : -, starting with a letter or
+            digit.
+        grant_id (int):
+        idempotency_key (str | Unset):
+        body (VoidRequest):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Problem | VoidResponse]
+    """
+
+    kwargs = _get_kwargs(
+        account_id=account_id,
+        grant_id=grant_id,
+        body=body,
+        idempotency_key=idempotency_key,
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    account_id: str,
+    grant_id: int,
+    *,
+    client: AuthenticatedClient,
+    body: VoidRequest,
+    idempotency_key: str | Unset = UNSET,
+) -> Problem | VoidResponse | None:
+    """Void a grant
+
+     Remove what is left of a grant issued by mistake, at `timestamp` (a `void` ledger
+    entry records the amount removed). Credits it already paid and debt it already settled
+    stay as they were. Unknown account or grant: 404; already voided: 409 (`grant-already-
+    voided`); `timestamp` before the grant's own: 422. A write like any other: it moves the
+    account's clock, takes an `Idempotency-Key`, and is a batch operation (`void`).
+
+    Args:
+        account_id (str): 1 to 128 characters of A-Z a-z 0-9 . _ : -, starting with a letter or
+            digit.
+        grant_id (int):
+        idempotency_key (str | Unset):
+        body (VoidRequest):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Problem | VoidResponse
+    """
+
+    return sync_detailed(
+        account_id=account_id,
+        grant_id=grant_id,
+        client=client,
+        body=body,
+        idempotency_key=idempotency_key,
+    ).parsed
+
+
+async def asyncio_detailed(
+    account_id: str,
+    grant_id: int,
+    *,
+    client: AuthenticatedClient,
+    body: VoidRequest,
+    idempotency_key: str | Unset = UNSET,
+) -> Response[Problem | VoidResponse]:
+    """Void a grant
+
+     Remove what is left of a grant issued by mistake, at `timestamp` (a `void` ledger
+    entry records the amount removed). Credits it already paid and debt it already settled
+    stay as they were. Unknown account or grant: 404; already voided: 409 (`grant-already-
+    voided`); `timestamp` before the grant's own: 422. A write like any other: it moves the
+    account's clock, takes an `Idempotency-Key`, and is a batch operation (`void`).
+
+    Args:
+        account_id (str): 1 to 128 characters of A-Z a-z 0-9 . _ : -, starting with a letter or
+            digit.
+        grant_id (int):
+        idempotency_key (str | Unset):
+        body (VoidRequest):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Problem | VoidResponse]
+    """
+
+    kwargs = _get_kwargs(
+        account_id=account_id,
+        grant_id=grant_id,
+        body=body,
+        idempotency_key=idempotency_key,
+    )
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    account_id: str,
+    grant_id: int,
+    *,
+    client: AuthenticatedClient,
+    body: VoidRequest,
+    idempotency_key: str | Unset = UNSET,
+) -> Problem | VoidResponse | None:
+    """Void a grant
+
+     Remove what is left of a grant issued by mistake, at `timestamp` (a `void` ledger
+    entry records the amount removed). Credits it already paid and debt it already settled
+    stay as they were. Unknown account or grant: 404; already voided: 409 (`grant-already-
+    voided`); `timestamp` before the grant's own: 422. A write like any other: it moves the
+    account's clock, takes an `Idempotency-Key`, and is a batch operation (`void`).
+
+    Args:
+        account_id (str): 1 to 128 characters of A-Z a-z 0-9 . _ : -, starting with a letter or
+            digit.
+        grant_id (int):
+        idempotency_key (str | Unset):
+        body (VoidRequest):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Problem | VoidResponse
+    """
+
+    return (
+        await asyncio_detailed(
+            account_id=account_id,
+            grant_id=grant_id,
+            client=client,
+            body=body,
+            idempotency_key=idempotency_key,
+        )
+    ).parsed

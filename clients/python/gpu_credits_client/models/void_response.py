@@ -1,0 +1,158 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar, cast
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+from ..types import UNSET, Unset
+
+T = TypeVar("T", bound="VoidResponse")
+
+
+@_attrs_define
+class VoidResponse:
+    """
+    Attributes:
+        account_id (str):
+        timestamp (int): The time the figures are for: the time a balance read asked for, otherwise the account's clock
+            (the latest timestamp of its accepted writes).
+        balance (int): available - debt; negative means debt.
+        available (int): Active (unexpired, unconsumed) credits.
+        debt (int): Outstanding debt.
+        watermark (int): The account's watermark (SPEC section 6): writes must have a timestamp at or after it; entries
+            before it are final. With a lateness window of 0, the clock.
+        grant_id (int):
+        sequence (int): Position of this void in the ledger.
+        amount (int): The grant's live remainder removed (0 if it was used up or expired).
+        restated (int): How many later ledger entries this write changed the effect of (a late write, SPEC section 6; 0
+            for a write in timestamp order).
+        resource (None | str | Unset): The GPU class read (`?resource=`); null: totals over every class.
+    """
+
+    account_id: str
+    timestamp: int
+    balance: int
+    available: int
+    debt: int
+    watermark: int
+    grant_id: int
+    sequence: int
+    amount: int
+    restated: int
+    resource: None | str | Unset = UNSET
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        account_id = self.account_id
+
+        timestamp = self.timestamp
+
+        balance = self.balance
+
+        available = self.available
+
+        debt = self.debt
+
+        watermark = self.watermark
+
+        grant_id = self.grant_id
+
+        sequence = self.sequence
+
+        amount = self.amount
+
+        restated = self.restated
+
+        resource: None | str | Unset
+        if isinstance(self.resource, Unset):
+            resource = UNSET
+        else:
+            resource = self.resource
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "account_id": account_id,
+                "timestamp": timestamp,
+                "balance": balance,
+                "available": available,
+                "debt": debt,
+                "watermark": watermark,
+                "grant_id": grant_id,
+                "sequence": sequence,
+                "amount": amount,
+                "restated": restated,
+            }
+        )
+        if resource is not UNSET:
+            field_dict["resource"] = resource
+
+        return field_dict
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        d = dict(src_dict)
+        account_id = d.pop("account_id")
+
+        timestamp = d.pop("timestamp")
+
+        balance = d.pop("balance")
+
+        available = d.pop("available")
+
+        debt = d.pop("debt")
+
+        watermark = d.pop("watermark")
+
+        grant_id = d.pop("grant_id")
+
+        sequence = d.pop("sequence")
+
+        amount = d.pop("amount")
+
+        restated = d.pop("restated")
+
+        def _parse_resource(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        resource = _parse_resource(d.pop("resource", UNSET))
+
+        void_response = cls(
+            account_id=account_id,
+            timestamp=timestamp,
+            balance=balance,
+            available=available,
+            debt=debt,
+            watermark=watermark,
+            grant_id=grant_id,
+            sequence=sequence,
+            amount=amount,
+            restated=restated,
+            resource=resource,
+        )
+
+        void_response.additional_properties = d
+        return void_response
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties
