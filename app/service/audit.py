@@ -20,7 +20,7 @@ this module checks it from scratch, without trusting any of them:
    disagree too, which says nothing more.
 3. **Reconciliation.** What the replay ends with must be the stored state: the clock, the
    debt queue, the next grant id and every live grant (id, expiry, remainder, classes, grant
-   time); the watermark must be within the window of the clock; and the service's own
+   time); the watermark must not be past the clock; and the service's own
    loader (``journal.loaded_account``, with its pair assertions over provisional writes)
    must accept the account, after which the tracker's full invariant check must pass.
 
@@ -358,18 +358,12 @@ def _reconcile(audit: AccountAudit, stored: TrackerState, replayed: TrackerState
 
 
 def _check_event_time(audit: AccountAudit, loaded: LoadedAccount, limits: Limits) -> None:
-    """The watermark within the window, and the service's own loader and invariants."""
+    """The watermark at or before the clock, and the service's own loader and invariants. (A
+    watermark further behind than the window is not wrong: a window lowered since the
+    account's last write leaves it so, and the loader folds what the lower window passes.)"""
     clock = loaded.tracker_state.clock
-    window = limits.lateness_window if loaded.lateness_window is None else loaded.lateness_window
     if loaded.watermark > clock:
         audit.report(f"watermark {loaded.watermark} is past the clock {clock}")
-        return
-    if loaded.watermark < clock - window:
-        audit.report(
-            f"watermark {loaded.watermark} is behind clock {clock} - lateness window {window}: "
-            "the service will not load it with this window (was the window lowered since its "
-            "last write?)"
-        )
         return
     try:
         account = loaded_account(audit.account_id, loaded, limits)
