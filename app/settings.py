@@ -53,6 +53,7 @@ OTHER_VARIABLES: Final = frozenset(
         "GPU_CREDITS_KEY_FILE",
         "GPU_CREDITS_REQUIRE_BROWSER",  # tests: fail rather than skip without Chromium
         "GPU_CREDITS_CHROMIUM",  # tests: the Chromium to drive
+        "GPU_CREDITS_REQUIRE_NODE",  # tests: fail rather than skip without Node.js
     }
 )
 
