@@ -1,9 +1,13 @@
-"""Linearizability of the PostgreSQL backend with late writes (issue 12, item 5).
+"""Linearizability with late writes (issue 12, item 5): PostgreSQL across processes, and
+SQLite.
 
 ``tests/test_linearizability.py`` with a lateness window. Two ``gpu-credits serve``
 processes on different ports share one fresh PostgreSQL database, both with
-``GPU_CREDITS_LATENESS_WINDOW=WINDOW``. ``CLIENTS`` asyncio clients, each picking one of the
-two processes at random for every request, send ``TOTAL_OPS`` operations to ``ACCOUNTS``:
+``GPU_CREDITS_LATENESS_WINDOW=WINDOW`` (and, as a second case, one process on a SQLite
+file: its reads and writes meet in one process, and an as-of read there once answered
+figures and watermark of two different moments). ``CLIENTS`` asyncio clients, each picking
+one of the processes at random for every request, send ``TOTAL_OPS`` operations to
+``ACCOUNTS``:
 grants (unrestricted or scoped to GPU classes), consumptions (with or without a class),
 voids of grants acknowledged before, and balance reads (at the clock, at a time: as of a
 time before the clock, final or not, or a projection; in total or for a class). Timestamps
@@ -71,19 +75,25 @@ EXPIRY_SPAN = 60  # a grant lives 1..EXPIRY_SPAN ticks
 CLASSES = ("h100", "a100")
 
 
-@pytest.fixture
-def cluster(postgres_url: PostgresServer, tmp_path: Path) -> Iterator[list[ServerProcess]]:
-    """Two service processes on different ports sharing one fresh database."""
-    database_url = postgres_url.create_database(f"linlate_{uuid.uuid4().hex[:16]}")
-    env = {
-        "GPU_CREDITS_STORAGE": "postgres",
-        "GPU_CREDITS_DATABASE_URL": database_url,
-        "GPU_CREDITS_LATENESS_WINDOW": str(WINDOW),
-    }
-    servers = [
-        ServerProcess(tmp_path / f"process-{i}", storage="postgres", env=env)
-        for i in range(PROCESSES)
-    ]
+@pytest.fixture(params=["postgres", "sqlite"])
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[ServerProcess]]:
+    """Two service processes on different ports sharing one fresh PostgreSQL database, or
+    one process on a SQLite file."""
+    window = {"GPU_CREDITS_LATENESS_WINDOW": str(WINDOW)}
+    if request.param == "sqlite":
+        servers = [ServerProcess(tmp_path / "data", storage="sqlite", env=window)]
+    else:
+        postgres_url: PostgresServer = request.getfixturevalue("postgres_url")
+        database_url = postgres_url.create_database(f"linlate_{uuid.uuid4().hex[:16]}")
+        env = {
+            "GPU_CREDITS_STORAGE": "postgres",
+            "GPU_CREDITS_DATABASE_URL": database_url,
+            **window,
+        }
+        servers = [
+            ServerProcess(tmp_path / f"process-{i}", storage="postgres", env=env)
+            for i in range(PROCESSES)
+        ]
     try:
         for server in servers:  # one after the other: the first one migrates the schema
             server.start()
@@ -427,7 +437,7 @@ class Load:
 
 
 @pytest.mark.timeout(TEST_TIMEOUT_S)
-async def test_two_processes_are_linearizable_with_late_writes(
+async def test_linearizable_with_late_writes(
     cluster: list[ServerProcess],
 ) -> None:
     urls = [s.base_url for s in cluster]
@@ -439,8 +449,8 @@ async def test_two_processes_are_linearizable_with_late_writes(
     verdicts: list[Verdict] = []
     async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as http:
         for account_id in ACCOUNTS:
-            final = Call(client=-1, server=1, account_id=account_id, kind="balance")
-            await _send(http, urls[1], final)  # after everything: real time puts it last
+            final = Call(client=-1, server=len(urls) - 1, account_id=account_id, kind="balance")
+            await _send(http, urls[-1], final)  # after everything: real time puts it last
             load.calls.append(final)
             ledgers = [await _read_ledger(http, url, account_id) for url in urls]
             assert all(ledger == ledgers[0] for ledger in ledgers), (
@@ -452,7 +462,7 @@ async def test_two_processes_are_linearizable_with_late_writes(
 
     print(
         f"\nlinearizability with late writes (seed {SEED}, window {WINDOW}, lag up to {LAG}): "
-        f"{len(load.calls)} calls, {CLIENTS} clients, {len(cluster)} processes, load "
+        f"{len(load.calls)} calls, {CLIENTS} clients, {len(cluster)} process(es), load "
         f"{load_s:.2f} s, check {checked_s:.2f} s: linearizable per account"
     )
     for v in verdicts:
