@@ -276,7 +276,8 @@ class PostgresPort:
                         account_id, view.timestamp, MAX_REPLAYED_WRITES + 1
                     )
                 )
-                assert state is not None, "accounts are never deleted"
+                if state is None:
+                    raise AccountNotFound(account_id)
                 return replayed(replace(view, watermark=state.watermark), checkpoint, writes)
             return view
         if timestamp is None:
