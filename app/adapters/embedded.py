@@ -316,11 +316,17 @@ class EmbeddedPort:
             view = journal.read_balance(
                 account_id, timeline.current, timeline.watermark, timestamp, resource
             )
+            if isinstance(view, AsOfRead) and view.timestamp >= timeline.watermark:
+                # From the watermark on, the state at T can still change: the timeline holds
+                # it, so the figures are of the same moment as the watermark and ``final``
+                # (a history read after the lock could see a late write that committed
+                # meanwhile, with the watermark from before the write that let it in).
+                view = journal.as_of_view(view, *timeline.balance_at(view.timestamp, resource))
             fut = slot.durable
         await self._await_durable(fut)
         if isinstance(view, AsOfRead):
-            # From what is durable, without the lock: each storage read is one snapshot, so
-            # a late write committing meanwhile is seen whole or not at all.
+            # Before the watermark the state at T is final: what is durable, read without
+            # the lock, is the same in every later moment.
             return await as_of(self._store, view)
         return view
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, TypeVar
 
 import asyncpg
@@ -34,7 +34,7 @@ from app.service.errors import (
     QuotaExceeded,
     ServiceUnavailable,
 )
-from app.service.history import as_of
+from app.service.history import MAX_REPLAYED_WRITES, as_of, replayed
 from app.service.idempotency import Idempotency
 from app.service.journal import (
     AccountState,
@@ -276,7 +276,16 @@ class PostgresPort:
             watermark = self._watermark(row)
             view = journal.read_balance(account_id, tracker, watermark, timestamp, resource)
             if isinstance(view, AsOfRead):
-                return await self._read(as_of(self._pg, view))
+                # The history and the watermark from one snapshot (a late write may commit
+                # after the one above): the figures, watermark and ``final`` of one moment.
+                state, checkpoint, writes = await self._read(
+                    self._pg.read_replay_of_account(
+                        account_id, view.timestamp, MAX_REPLAYED_WRITES + 1
+                    )
+                )
+                if state is None:
+                    raise AccountNotFound(account_id)
+                return replayed(replace(view, watermark=state.watermark), checkpoint, writes)
             return view
         if timestamp is None:
             state = await self._read(self._pg.read_account(account_id))

@@ -625,8 +625,12 @@ class PostgresStore:
     ) -> tuple[AccountState, tuple[int, int]] | None:
         """The account and its (available, debt) at ``timestamp``, changing nothing: the
         projection from its live grants at or after its clock, the stored history before
-        it. None for an unknown account."""
-        async with self._connection() as conn:
+        it. None for an unknown account. One snapshot: a late write restates entries before
+        the clock, so the figures must be of the moment the row (its watermark) is of."""
+        async with (
+            self._connection() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
             row = await conn.fetchrow(
                 f"SELECT {_ACCOUNT_COLUMNS}, (SELECT coalesce(sum(remaining), 0) "
                 "FROM live_grants g WHERE g.account_id = a.account_id AND g.expiry <= $2) "
@@ -640,8 +644,6 @@ class PostgresStore:
             state = _state(row)
             if timestamp >= state.clock:
                 return state, (state.available - int(row["expiring"]), state.debt)
-            # Entries at or before a time the clock has passed never change: no snapshot
-            # is needed across the two statements.
             totals = await conn.fetchrow(_TOTALS_AT, account_id, timestamp)
         return state, (0, 0) if totals is None else (totals["available"], totals["debt"])
 
@@ -710,6 +712,25 @@ class PostgresStore:
             checkpoint = await _read_checkpoint(conn, account_id, timestamp)
             after = None if checkpoint is None else checkpoint.position
             return checkpoint, await _read_writes(conn, account_id, after, timestamp, limit)
+
+    async def read_replay_of_account(
+        self, account_id: str, timestamp: int, limit: int
+    ) -> tuple[AccountState | None, Checkpoint | None, list[WriteEntry]]:
+        """``read_replay`` and the account's row (None: unknown) from one snapshot, so an
+        as-of read answers with the watermark of the moment its figures are of."""
+        async with (
+            self._connection() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            row = await conn.fetchrow(
+                f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE account_id = $1", account_id
+            )
+            if row is None:
+                return None, None, []
+            checkpoint = await _read_checkpoint(conn, account_id, timestamp)
+            after = None if checkpoint is None else checkpoint.position
+            writes = await _read_writes(conn, account_id, after, timestamp, limit)
+            return _state(row), checkpoint, writes
 
     async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
         async with self._connection() as conn:
