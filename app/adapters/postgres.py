@@ -285,7 +285,7 @@ class PostgresPort:
                 )
                 if state is None:
                     raise AccountNotFound(account_id)
-                return replayed(replace(view, watermark=state.watermark), checkpoint, writes)
+                return replayed(replace(view, watermark=self._watermark(state)), checkpoint, writes)
             return view
         if timestamp is None:
             state = await self._read(self._pg.read_account(account_id))
@@ -348,7 +348,7 @@ class PostgresPort:
             raise AccountNotFound(account_id)
         found = await self._read(self._pg.read_latest_entries(account_id, limit))
         # The watermark read first, as for a page: entries before it were final then.
-        return found, state.watermark
+        return found, self._watermark(state)
 
     async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
         """One committed snapshot of the account rows (placeholders of accounts being
