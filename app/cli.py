@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import ipaddress
 import logging
+import logging.config
 import sys
 import urllib.parse
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ from pydantic import ValidationError
 
 from app.api.http_protocol import protocol_factory
 from app.keys import Scope, create_key, load_records, revoke_key
+from app.logs import log_config
 from app.main import create_app
 from app.settings import ENV_PREFIX, SecretFileError, Settings
 from app.storage import location, open_store
@@ -76,7 +78,8 @@ def _serve(args: argparse.Namespace) -> int:
     if args.insecure_no_auth:
         overrides["allow_unauthenticated"] = True
     settings = _load_settings(**overrides)
-    _configure_logging(settings)
+    logging_config = log_config(settings.log_level, settings.log_format)
+    logging.config.dictConfig(logging_config)
     has_keys = len(load_records(settings.keys_path)) > 0
     if not has_keys and not is_loopback(settings.host):
         if not settings.allow_unauthenticated:
@@ -117,7 +120,10 @@ def _serve(args: argparse.Namespace) -> int:
         # uvicorn only calls it, once per connection; a partial (not a class built here) so
         # that it pickles by name into each --workers process with the rest of the config.
         http=protocol_factory(settings),  # type: ignore[arg-type]
-        access_log=settings.access_log,
+        # Every line as app.logs formats it (each worker applies this too); the request log
+        # is the app's own (app.api.requests: route, request id, key id), not uvicorn's.
+        log_config=logging_config,
+        access_log=False,
         log_level=settings.log_level,
         server_header=False,
         timeout_graceful_shutdown=10,
@@ -180,14 +186,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
-
-
-def _configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Final
 
 from app.keys import KEY_ID_HEX_CHARS, KEY_PREFIX, KeyRecord, KeyRing, Scope, load_records
+from app.observe import NULL_OBSERVER, Observer
 
 log = logging.getLogger("app.auth")
 
@@ -109,8 +110,9 @@ class Authenticator:
     """The key ring in force, re-read when the key file changes (create or revoke a key and
     it takes effect within one poll, without a restart)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, observer: Observer = NULL_OBSERVER) -> None:
         self._path = path
+        self.observer = observer  # counts every failure (the log is capped; this is not)
         # (mtime in ns, inode, size): what tells that the key file changed.
         self._file_identity: tuple[int, int, int] | None = None
         self.ring = KeyRing([])
@@ -156,14 +158,17 @@ def authenticate(
     if not auth.enabled:
         return None
     if authorization is None:
+        auth.observer.auth_failed("missing")
         auth.failures.record("no Authorization header", authorization, client)
         raise Unauthenticated("an API key is required: Authorization: Bearer <key>")
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
+        auth.observer.auth_failed("malformed")
         auth.failures.record("not a Bearer token", authorization, client)
         raise Unauthenticated("the Authorization header must be: Bearer <key>")
     record = auth.ring.authenticate(token.strip())
     if record is None:
+        auth.observer.auth_failed("invalid")
         auth.failures.record("unknown or revoked key, or wrong secret", authorization, client)
         raise Unauthenticated("the API key is not valid")
     return record
