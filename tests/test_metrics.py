@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.keys import Scope, create_key
 from app.main import create_app
+from app.metrics import Histogram
 from app.service.ledger import Ledger
 from app.settings import Settings
 from tests.support.api import assert_problem, ok
@@ -290,3 +291,11 @@ def test_a_real_server_exposes_what_it_did(tmp_path: Path) -> None:
 def _version(samples: Samples) -> str:
     (version,) = {dict(labels)["version"] for name, labels in samples if name == "gpu_credits_info"}
     return version
+
+
+def test_a_histogram_counts_a_value_on_a_bound_in_that_bucket() -> None:
+    histogram = Histogram((1, 2.5))
+    for value in (0.5, 1, 1.0000001, 2.5, 3, 1e9):
+        histogram.observe(value)
+    assert histogram.buckets() == [("1.0", 2.0), ("2.5", 4.0), ("+Inf", 6.0)]
+    assert histogram.sum == pytest.approx(0.5 + 1 + 1.0000001 + 2.5 + 3 + 1e9)

@@ -563,10 +563,10 @@ async def metrics(request: Request) -> Response:
     if not request.app.state.metrics_public:
         _authorize_metrics(request)
     try:
-        found.debt.value = await _ledger(request).outstanding_debt()
+        found.debt = await _ledger(request).outstanding_debt()
     except Exception as exc:  # the database is down: the other metrics still answer
         log.warning("debt outstanding not read for /metrics: %s", exc)
-        found.debt.value = None
+        found.debt = None
     encoder, media_type = choose_encoder(request.headers.get("accept", ""))
     return Response(encoder(found.registry), media_type=media_type)
 
