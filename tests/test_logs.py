@@ -44,7 +44,9 @@ def bearer(key: str) -> dict[str, str]:
 async def keyed_client(tmp_path: Path) -> Any:
     keys_file = tmp_path / "api-keys.json"
     key, record = create_key(keys_file, "billing", tuple(Scope), "")
-    settings = Settings(storage="memory", data_dir=tmp_path, api_keys_file=keys_file)
+    settings = Settings(
+        storage="memory", data_dir=tmp_path, api_keys_file=keys_file, access_log=True
+    )
     async with running(create_app(settings)) as client:
         yield client, key, record.key_id
 
@@ -100,10 +102,11 @@ async def test_one_line_per_request_with_its_fields(
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", parsed["time"])
 
 
-async def test_the_request_log_can_be_switched_off(
+async def test_the_request_log_is_off_by_default(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = Settings(storage="memory", data_dir=tmp_path, access_log=False)
+    settings = Settings(storage="memory", data_dir=tmp_path)
+    assert not settings.access_log
     with caplog.at_level(logging.INFO, logger="app.requests"):
         async with running(create_app(settings)) as client:
             assert (await client.post("/v1/accounts/a/grants", json=GRANT)).status_code == 201
@@ -284,8 +287,8 @@ def _serve(tmp_path: Path, log_format: str) -> Iterator[Served]:
         **os.environ,
         "GPU_CREDITS_DATA_DIR": str(data_dir),
         "GPU_CREDITS_LOG_FORMAT": log_format,
+        "GPU_CREDITS_ACCESS_LOG": "true",
     }
-    env.pop("GPU_CREDITS_ACCESS_LOG", None)  # the default: on
     with out.open("wb") as stdout, err.open("wb") as stderr:
         proc = subprocess.Popen(
             [console_script(), "serve", "--host", "127.0.0.1", "--port", str(port)],
