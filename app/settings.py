@@ -262,7 +262,7 @@ class Settings(BaseSettings):
         description=(
             "Log one line per request (method, route, account, status, latency, key id, "
             "request id) on the app.requests logger, at INFO. Off by default: it costs "
-            "about a tenth of a single request's CPU time (see README, Logs)."
+            "about 15% of a single request's CPU time (see README, Logs)."
         ),
     )
     metrics: bool = Field(
