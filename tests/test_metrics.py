@@ -249,7 +249,6 @@ async def test_who_may_read_the_metrics(tmp_path: Path) -> None:
         await scrape(client)  # no key needed
 
 
-@pytest.mark.backends("memory")
 async def test_metrics_can_be_switched_off(tmp_path: Path) -> None:
     settings = Settings(storage="memory", data_dir=tmp_path, metrics=False)
     async with running(create_app(settings)) as client:
@@ -299,3 +298,20 @@ def test_a_histogram_counts_a_value_on_a_bound_in_that_bucket() -> None:
         histogram.observe(value)
     assert histogram.buckets() == [("1.0", 2.0), ("2.5", 4.0), ("+Inf", 6.0)]
     assert histogram.sum == pytest.approx(0.5 + 1 + 1.0000001 + 2.5 + 3 + 1e9)
+
+
+async def test_debt_outstanding_is_loaded_again_at_a_restart(tmp_path: Path) -> None:
+    settings = Settings(storage="sqlite", data_dir=tmp_path / "data")
+    async with running(create_app(settings)) as client:
+        for account, amount in ((A1, 7), (A2, 5)):
+            usage = {"amount": amount, "timestamp": 1}
+            r = await client.post(path(account, "consumptions"), json=usage)
+            assert r.status_code == 200, r.text
+        assert value(await scrape(client), "gpu_credits_debt_outstanding_credits") == 12
+    async with running(create_app(settings)) as client:
+        samples = await scrape(client)
+        assert value(samples, "gpu_credits_debt_outstanding_credits") == 12
+        assert value(samples, "gpu_credits_credits_total", kind="debt_incurred") == 0  # new process
+        grant = {"amount": 10, "timestamp": 2, "expiry": 9}
+        assert (await client.post(path(A1, "grants"), json=grant)).status_code == 201
+        assert value(await scrape(client), "gpu_credits_debt_outstanding_credits") == 5
