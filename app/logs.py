@@ -77,14 +77,16 @@ class JsonFormatter(logging.Formatter):
 
 
 def _lean_records() -> None:
-    """Records without what no line of ours shows (the caller's file and line, thread and
-    process names): ``logging`` then skips looking them up, a third of a record's cost
-    (Python's logging HOWTO, "Optimization"). For the whole process, once its logging is
-    configured with these formatters."""
+    """For the whole process, once its logging is configured with these formatters (by
+    ``gpu-credits serve`` and by each uvicorn worker): records without what no line of ours
+    shows (the caller's file and line, thread and process names), so ``logging`` skips
+    looking them up, a third of a record's cost (Python's logging HOWTO, "Optimization");
+    and Python's warnings as log lines (``py.warnings``), not raw text among the JSON."""
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
     logging._srcfile = None
+    logging.captureWarnings(True)
 
 
 class TextFormatter(logging.Formatter):
