@@ -28,6 +28,7 @@ import asyncio
 import ipaddress
 import json
 import logging
+import logging.config
 import os
 import sys
 import urllib.parse
@@ -151,7 +152,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _load_settings(args, **overrides)
     _prepare_data_dir(settings)
     has_keys = len(_records(settings.keys_path)) > 0
-    _configure_logging(settings)
+    logging_config = _configure_logging(settings)
     if not has_keys and not is_loopback(settings.host):
         if not settings.allow_unauthenticated:
             print(
@@ -199,7 +200,10 @@ def _serve(args: argparse.Namespace) -> int:
         # uvicorn only calls it, once per connection; a partial (not a class built here) so
         # that it pickles by name into each --workers process with the rest of the config.
         http=protocol_factory(settings),  # type: ignore[arg-type]
-        access_log=settings.access_log,
+        # Every line as app.logs formats it (each worker applies this too); the request log
+        # is the app's own (app.api.requests: route, request id, key id), not uvicorn's.
+        log_config=logging_config,
+        access_log=False,
         log_level=settings.log_level,
         server_header=False,
         timeout_graceful_shutdown=10,
@@ -257,12 +261,13 @@ def _prepare_data_dir(settings: Settings) -> None:
         raise ConfigurationError(f"data directory {where} is not writable by this user")
 
 
-def _configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def _configure_logging(settings: Settings) -> dict[str, Any]:
+    """JSON lines (or text: GPU_CREDITS_LOG_FORMAT) on stderr, uvicorn's lines included."""
+    from app.logs import log_config
+
+    config = log_config(settings.log_level, settings.log_format)
+    logging.config.dictConfig(config)
+    return config
 
 
 # -- keys ----------------------------------------------------------------------------------

@@ -48,6 +48,9 @@ class Scope(StrEnum):
     # Account settings (the lateness window, SPEC section 6). New in the release with late
     # events: keys made before it never hold it, so nothing they could do changes.
     ADMIN = "credits:admin"
+    # GET /metrics (unless GPU_CREDITS_METRICS_PUBLIC): figures over every account, so only
+    # a key without an account prefix may use it.
+    METRICS = "metrics:read"
 
 
 @dataclass(frozen=True, slots=True)

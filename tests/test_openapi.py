@@ -38,6 +38,7 @@ OPERATION_IDS = {
     "putAccountSettings",
     "getAccountSettings",
     "getForecast",
+    "getMetrics",
 }
 # getBalance is not here: reads are safe (SPEC section 3), a read before the clock is as-of.
 WITH_409 = {"grantCredits", "consumeCredits", "applyBatch", "voidGrant", "listLedgerEntries"}
@@ -123,6 +124,7 @@ def test_operations_are_at_their_paths(served: dict[str, Any]) -> None:
         "putAccountSettings": ("put", "/v1/accounts/{account_id}/settings"),
         "getAccountSettings": ("get", "/v1/accounts/{account_id}/settings"),
         "getForecast": ("get", "/v1/accounts/{account_id}/forecast"),
+        "getMetrics": ("get", "/metrics"),
     }
 
 
@@ -153,6 +155,12 @@ def test_success_responses_are_json_with_a_schema(served: dict[str, Any]) -> Non
         assert success == {expected_status.get(op["operationId"], "200")}, op["operationId"]
         (status,) = success
         content = op["responses"][status]["content"]
+        if op["operationId"] == "getMetrics":  # Prometheus' text formats
+            assert set(content) == {
+                "text/plain; version=0.0.4; charset=utf-8",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            }
+            continue
         assert "$ref" in content["application/json"]["schema"], op["operationId"]
 
 
@@ -222,7 +230,8 @@ def test_other_documented_errors(served: dict[str, Any]) -> None:
             "getAccountSettings",
             "getForecast",
         }
-        assert ("404" in statuses) == reads_account, operation_id
+        metrics_off = operation_id == "getMetrics"  # GPU_CREDITS_METRICS=false
+        assert ("404" in statuses) == (reads_account or metrics_off), operation_id
         assert "503" in statuses, operation_id
 
 
@@ -274,9 +283,11 @@ def _refs(node: Any) -> Iterator[str]:
 
 
 def test_every_reference_resolves(served: dict[str, Any]) -> None:
-    schemas = served["components"]["schemas"]
+    components = served["components"]
     refs = set(_refs(served))
     assert refs
     for ref in refs:
-        assert ref.startswith("#/components/schemas/"), ref
-        assert ref.rsplit("/", 1)[1] in schemas, f"dangling reference {ref}"
+        # Schemas, and the X-Request-ID header every response carries.
+        assert ref.startswith(("#/components/schemas/", "#/components/headers/")), ref
+        kind, name = ref.split("/")[2:]
+        assert name in components[kind], f"dangling reference {ref}"

@@ -99,6 +99,9 @@ class EmbeddedPort:
         self._failure: str | None = None
         self._tenants = Tenants()
         self._live_grants = 0  # over every account held (Limits.max_live_grants)
+        # Debt outstanding over every account: kept up to date by each unit of work that
+        # commits (the difference it made to its accounts' debt), read by metrics.
+        self._debt = 0
 
     # -- lifecycle and health ------------------------------------------------------------
 
@@ -109,6 +112,7 @@ class EmbeddedPort:
             self._slots[account_id] = _Slot(state, counted=True)
             self._accounts += 1
             self._live_grants += state.tracker.live_grant_count
+            self._debt += state.tracker.debt
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         for record in loaded.idempotency:
@@ -134,6 +138,9 @@ class EmbeddedPort:
     async def schema_version(self) -> int | None:
         status = await self._store.migration_status()
         return status.current if status.known else None  # memory has no schema
+
+    async def outstanding_debt(self) -> int:
+        return self._debt
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         old = [k for k, p in self._keys.items() if p.record.created_at_s < min_created_at_s]
@@ -427,6 +434,7 @@ class _EmbeddedUnitOfWork:
         self._locked: list[_Slot] = []
         self._waits: list[asyncio.Future[None]] = []
         self.committed: asyncio.Future[None] | None = None
+        self._debt_before = 0  # the accounts' debt when they were locked
 
     async def __aenter__(self) -> _EmbeddedUnitOfWork:
         try:
@@ -446,7 +454,11 @@ class _EmbeddedUnitOfWork:
         # Earlier changes of these accounts: nothing this unit answers may be read back
         # before they are durable.
         self._waits = [s.durable for s in self._slots.values() if s.durable is not None]
+        self._debt_before = self._debt()
         return self
+
+    def _debt(self) -> int:
+        return sum(slot.state.timeline.current.debt for slot in self._slots.values())
 
     async def __aexit__(
         self,
@@ -511,3 +523,4 @@ class _EmbeddedUnitOfWork:
         assert self.committed is None, "one commit per unit of work"
         if changes:
             self.committed = self._port._submit(self._slots, changes, key)
+            self._port._debt += self._debt() - self._debt_before

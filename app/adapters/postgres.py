@@ -153,6 +153,10 @@ class PostgresPort:
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         return await self._pg.prune_idempotency(min_created_at_s)
 
+    async def outstanding_debt(self) -> int:
+        """From the database (every process's accounts), within the readiness timeout."""
+        return await asyncio.wait_for(self._pg.total_debt(), READY_TIMEOUT_S)
+
     def configure_tenants(
         self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]
     ) -> None:

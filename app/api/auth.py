@@ -37,6 +37,7 @@ from app.keys import (
     load_records,
     record_last_used,
 )
+from app.observe import NULL_OBSERVER, Observer
 
 log = logging.getLogger("app.auth")
 
@@ -177,8 +178,9 @@ class Authenticator:
     """The key ring in force, re-read when the key file changes (create or revoke a key and
     it takes effect within one poll, without a restart)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, observer: Observer = NULL_OBSERVER) -> None:
         self._path = path
+        self.observer = observer  # counts every failure (the log is capped; this is not)
         # (mtime in ns, inode, size): what tells that the key file changed.
         self._file_identity: tuple[int, int, int] | None = None
         self.ring = KeyRing([])
@@ -225,14 +227,17 @@ def authenticate(
     if not auth.enabled:
         return None
     if authorization is None:
+        auth.observer.auth_failed("missing")
         auth.failures.record("no Authorization header", authorization, client)
         raise Unauthenticated("an API key is required: Authorization: Bearer <key>")
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
+        auth.observer.auth_failed("malformed")
         auth.failures.record("not a Bearer token", authorization, client)
         raise Unauthenticated("the Authorization header must be: Bearer <key>")
     record = auth.ring.authenticate(token.strip())
     if record is None:
+        auth.observer.auth_failed("invalid")
         auth.failures.record("unknown or revoked key, or wrong secret", authorization, client)
         raise Unauthenticated("the API key is not valid")
     auth.usage.note(record.key_id)

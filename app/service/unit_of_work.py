@@ -109,6 +109,10 @@ class LedgerPort(Protocol):
         """Forget Idempotency-Keys created before ``min_created_at_s``; how many."""
         ...
 
+    async def outstanding_debt(self) -> int:
+        """The debt outstanding over every account (what metrics show)."""
+        ...
+
     def configure_tenants(
         self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]
     ) -> None:

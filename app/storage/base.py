@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Final, Literal, Protocol, runtime_checkable
 
 from app.domain import Allocation, Debt, LiveGrant, TrackerState
+from app.observe import Observer
 
 # Grant ids one read_grant_entries call takes: one SQL statement's parameters stay bounded.
 MAX_GRANT_IDS_PER_READ: Final = 500
@@ -411,6 +412,9 @@ class EmbeddedJournal(StorageBackend, Protocol):
     # True when committed idempotency bodies can be read back with read_idempotency_body,
     # so the ledger need not keep them in memory.
     persists_idempotency_bodies: bool
+    # Told of each commit (``Observer.committed``); a store without commits (memory) never
+    # calls it.
+    observer: Observer
 
     def submit(self, changes: Sequence[Change]) -> asyncio.Future[None]:
         """Queue ``changes``; the future completes when they are durable, in order, all or

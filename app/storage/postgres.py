@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final, TypeAlias
 
@@ -32,6 +33,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from app.domain import LiveGrant, TrackerState
+from app.observe import NULL_OBSERVER, Observer
 from app.storage import migrations, rows
 from app.storage.base import (
     ACCOUNT_ID_END,
@@ -483,6 +485,8 @@ class PostgresStore:
         self._min = min_connections
         self._max = max_connections
         self._pool: asyncpg.Pool[Any] | None = None
+        # Told of each COMMIT and how long it took (a transaction is one unit of work).
+        self.observer: Observer = NULL_OBSERVER
 
     @property
     def pool(self) -> asyncpg.Pool[Any]:
@@ -545,7 +549,9 @@ class PostgresStore:
                     except Exception as exc:  # the block's own error is the answer
                         _log_dropped("rollback failed", exc)
                 raise
+            started_s = time.perf_counter()
             await _commit(tx)
+            self.observer.committed(time.perf_counter() - started_s, 1)
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[Connection]:
@@ -564,6 +570,13 @@ class PostgresStore:
     async def ping(self) -> None:
         async with self._connection() as conn:
             await conn.fetchval("SELECT 1")
+
+    async def total_debt(self) -> int:
+        """The debt of every account (a scan of ``accounts``: metrics read it once a scrape,
+        not per request)."""
+        async with self._connection() as conn:
+            total = await conn.fetchval("SELECT coalesce(sum(debt), 0) FROM accounts")
+        return int(total)
 
     @contextlib.asynccontextmanager
     async def _any_connection(self) -> AsyncIterator[Connection]:

@@ -307,6 +307,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Prometheus metrics of this process
+         * @description Counters and histograms of this process, for Prometheus: requests by route template,
+         *     method and status with their latency; ledger operations by kind and result; credits
+         *     granted, consumed, expired and voided; debt outstanding; idempotent replays;
+         *     authentication failures; storage commit latency and group sizes; batch sizes; late
+         *     writes and restatements. No label holds an account id. Needs an API key with the scope
+         *     `metrics:read` and no account prefix, unless GPU_CREDITS_METRICS_PUBLIC is true. Each
+         *     process answers for itself (see README, Metrics).
+         */
+        get: operations["getMetrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/batch": {
         parameters: {
             query?: never;
@@ -1204,6 +1230,11 @@ export interface components {
             /** Instance */
             instance?: string | null;
             /**
+             * Request Id
+             * @description The request's id: the `X-Request-ID` it was sent with (1 to 128 visible ASCII characters) or one the service made, as in the answer's `X-Request-ID` header and the request's log line. On every problem document answered to a request; absent only on the few the HTTP layer writes before a request is complete (400 malformed HTTP, 408 headers too slow, 414, 431, 429, 503 at the connection limit), and inside batch results.
+             */
+            request_id?: string | null;
+            /**
              * Errors
              * @description For validation problems: each offending field.
              */
@@ -1409,7 +1440,10 @@ export interface components {
     responses: never;
     parameters: never;
     requestBodies: never;
-    headers: never;
+    headers: {
+        /** @description The request's id: the `X-Request-ID` the request was sent with if it was one value of 1 to 128 visible ASCII characters (`!` to `~`), otherwise one the service made (32 hexadecimal digits). Also a problem document's `request_id` and the request's log line. */
+        RequestId: string;
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;
@@ -1432,6 +1466,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1441,6 +1476,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1450,6 +1486,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1459,6 +1496,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1468,6 +1506,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1477,6 +1516,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1486,6 +1526,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1495,6 +1536,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1504,6 +1546,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1513,6 +1556,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1522,6 +1566,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1556,6 +1601,7 @@ export interface operations {
                     Location?: string;
                     /** @description Present and `true` when this is a stored response to a retry. */
                     "Idempotent-Replayed"?: "true";
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1565,6 +1611,7 @@ export interface operations {
             /** @description Malformed JSON body: not UTF-8, not JSON, duplicate member names, NaN, or nested too deeply. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1574,6 +1621,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1583,6 +1631,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1592,6 +1641,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1601,6 +1651,7 @@ export interface operations {
             /** @description Timestamp earlier than the account's watermark (`watermark`; `account_timestamp` is its latest), a grant already voided (`voided_at`), or a limit reached: live grants per account, accounts. */
             409: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1610,6 +1661,7 @@ export interface operations {
             /** @description Request body larger than the limit (GPU_CREDITS_MAX_BODY_BYTES). */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1619,6 +1671,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1628,6 +1681,7 @@ export interface operations {
             /** @description The body is not `application/json`. */
             415: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1637,6 +1691,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1646,6 +1701,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1655,6 +1711,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1690,6 +1747,7 @@ export interface operations {
                 headers: {
                     /** @description Present and `true` when this is a stored response to a retry. */
                     "Idempotent-Replayed"?: "true";
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1699,6 +1757,7 @@ export interface operations {
             /** @description Malformed JSON body: not UTF-8, not JSON, duplicate member names, NaN, or nested too deeply. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1708,6 +1767,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1717,6 +1777,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1726,6 +1787,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1735,6 +1797,7 @@ export interface operations {
             /** @description Timestamp earlier than the account's watermark (`watermark`; `account_timestamp` is its latest), a grant already voided (`voided_at`), or a limit reached: live grants per account, accounts. */
             409: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1744,6 +1807,7 @@ export interface operations {
             /** @description Request body larger than the limit (GPU_CREDITS_MAX_BODY_BYTES). */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1753,6 +1817,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1762,6 +1827,7 @@ export interface operations {
             /** @description The body is not `application/json`. */
             415: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1771,6 +1837,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1780,6 +1847,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1789,6 +1857,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1817,6 +1886,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1826,6 +1896,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1835,6 +1906,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1844,6 +1916,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1853,6 +1926,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1862,6 +1936,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1871,6 +1946,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1880,6 +1956,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1889,6 +1966,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1898,6 +1976,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1907,6 +1986,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1935,6 +2015,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1944,6 +2025,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1953,6 +2035,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1962,6 +2045,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1971,6 +2055,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1980,6 +2065,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1989,6 +2075,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1998,6 +2085,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2007,6 +2095,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2016,6 +2105,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2025,6 +2115,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2049,6 +2140,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2058,6 +2150,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2067,6 +2160,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2076,6 +2170,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2085,6 +2180,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2094,6 +2190,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2103,6 +2200,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2112,6 +2210,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2121,6 +2220,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2130,6 +2230,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2139,6 +2240,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2172,6 +2274,7 @@ export interface operations {
                 headers: {
                     /** @description Present and `true` when this is a stored response to a retry. */
                     "Idempotent-Replayed"?: "true";
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2181,6 +2284,7 @@ export interface operations {
             /** @description Malformed JSON body: not UTF-8, not JSON, duplicate member names, NaN, or nested too deeply. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2190,6 +2294,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2199,6 +2304,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2208,6 +2314,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2217,6 +2324,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2226,6 +2334,7 @@ export interface operations {
             /** @description Timestamp earlier than the account's watermark (`watermark`; `account_timestamp` is its latest), a grant already voided (`voided_at`), or a limit reached: live grants per account, accounts. */
             409: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2235,6 +2344,7 @@ export interface operations {
             /** @description Request body larger than the limit (GPU_CREDITS_MAX_BODY_BYTES). */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2244,6 +2354,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2253,6 +2364,7 @@ export interface operations {
             /** @description The body is not `application/json`. */
             415: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2262,6 +2374,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2271,6 +2384,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2280,6 +2394,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2308,6 +2423,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2317,6 +2433,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2326,6 +2443,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2335,6 +2453,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2344,6 +2463,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2353,6 +2473,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2362,6 +2483,7 @@ export interface operations {
             /** @description `cursor-gone`: `after` names an entry a late write undid (an expiration that no longer happens): page again from an earlier cursor or from the start. */
             409: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2371,6 +2493,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2380,6 +2503,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2389,6 +2513,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2398,6 +2523,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2407,6 +2533,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2430,6 +2557,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2439,6 +2567,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2448,6 +2577,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2457,6 +2587,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2466,6 +2597,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2475,6 +2607,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2484,6 +2617,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2493,6 +2627,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2502,6 +2637,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2511,6 +2647,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2520,6 +2657,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2547,6 +2685,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2556,6 +2695,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2565,6 +2705,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2574,6 +2715,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2583,6 +2725,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2592,6 +2735,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2601,6 +2745,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2610,6 +2755,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2619,6 +2765,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2628,6 +2775,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2637,6 +2785,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2664,6 +2813,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2673,6 +2823,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2682,6 +2833,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2691,6 +2843,7 @@ export interface operations {
             /** @description The API key lacks the scope credits:read. (A key limited to an account prefix is not refused: it is shown the accounts within its prefix.) */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2700,6 +2853,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2709,6 +2863,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2718,6 +2873,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2727,6 +2883,7 @@ export interface operations {
             /** @description A query parameter is invalid, out of range, unknown or repeated. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2736,6 +2893,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2745,6 +2903,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2765,6 +2924,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2774,6 +2934,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2783,6 +2944,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2792,6 +2954,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2801,6 +2964,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2810,6 +2974,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2819,6 +2984,7 @@ export interface operations {
             /** @description Only when the process is overloaded (every connection busy); never because of storage. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2839,6 +3005,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2848,6 +3015,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2857,6 +3025,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2866,6 +3035,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2875,6 +3045,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2884,6 +3055,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2893,6 +3065,7 @@ export interface operations {
             /** @description Not ready: storage failed and the process needs a restart, or the database is unreachable; `detail` says which. Also when the process is overloaded. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2913,6 +3086,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2922,6 +3096,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2931,6 +3106,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2940,6 +3116,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2949,6 +3126,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2958,6 +3136,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2967,6 +3146,7 @@ export interface operations {
             /** @description Not ready: storage failed and the process needs a restart, or the database is unreachable; `detail` says which. Also when the process is overloaded. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2987,6 +3167,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2996,6 +3177,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3005,6 +3187,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3014,6 +3197,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3023,6 +3207,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3032,6 +3217,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3041,6 +3227,119 @@ export interface operations {
             /** @description Only when the process is overloaded (every connection busy); never because of storage. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getMetrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Prometheus text exposition format (OpenMetrics when the `Accept` header asks for `application/openmetrics-text`). */
+            200: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain; version=0.0.4; charset=utf-8": string;
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8": string;
+                };
+            };
+            /** @description Malformed HTTP or JSON. */
+            400: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or unknown API key (when keys are configured and GPU_CREDITS_METRICS_PUBLIC is false, the default). */
+            401: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope metrics:read, or is limited to an account prefix (metrics are over every account). */
+            403: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Metrics are off (GPU_CREDITS_METRICS=false). */
+            404: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request headers or body not received in time. */
+            408: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body larger than the limit. */
+            413: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description URL longer than the limit. */
+            414: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request headers larger than the limit. */
+            431: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Overloaded, storage failed, or the database is unreachable; retry later. */
+            503: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3070,6 +3369,7 @@ export interface operations {
                 headers: {
                     /** @description Present and `true` when this is a stored response to a retry. */
                     "Idempotent-Replayed"?: "true";
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3079,6 +3379,7 @@ export interface operations {
             /** @description Malformed JSON body: not UTF-8, not JSON, duplicate member names, NaN, or nested too deeply. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3088,6 +3389,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3097,6 +3399,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3106,6 +3409,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3115,6 +3419,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3124,6 +3429,7 @@ export interface operations {
             /** @description Timestamp earlier than the account's watermark (`watermark`; `account_timestamp` is its latest), a grant already voided (`voided_at`), or a limit reached: live grants per account, accounts. */
             409: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3133,6 +3439,7 @@ export interface operations {
             /** @description Request body larger than the limit (GPU_CREDITS_MAX_BODY_BYTES). */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3142,6 +3449,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3151,6 +3459,7 @@ export interface operations {
             /** @description The body is not `application/json`. */
             415: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3160,6 +3469,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3169,6 +3479,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3178,6 +3489,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
