@@ -102,15 +102,19 @@ async def test_one_line_per_request_with_its_fields(
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", parsed["time"])
 
 
-async def test_the_request_log_is_off_by_default(
+async def test_the_request_log_is_on_by_default_and_can_be_turned_off(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = Settings(storage="memory", data_dir=tmp_path)
-    assert not settings.access_log
-    with caplog.at_level(logging.INFO, logger="app.requests"):
-        async with running(create_app(settings)) as client:
-            assert (await client.post("/v1/accounts/a/grants", json=GRANT)).status_code == 201
-    assert request_lines(caplog) == []
+    assert settings.access_log
+    for access_log, expected in ((True, 1), (False, 0)):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="app.requests"):
+            app = create_app(settings.model_copy(update={"access_log": access_log}))
+            async with running(app) as client:
+                response = await client.post("/v1/accounts/a/grants", json=GRANT)
+                assert response.status_code == 201
+        assert len(request_lines(caplog)) == expected, access_log
 
 
 class Formatted(logging.Handler):
