@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Path, Query, Request, Response
 
 from app.api import render
-from app.api.auth import authorize, visible_prefix
+from app.api.auth import Forbidden, authorize, visible_prefix
 from app.api.docs import (
     BATCH_EXAMPLES,
     CONSUME_EXAMPLES,
@@ -20,6 +20,14 @@ from app.api.docs import (
     VOID_EXAMPLES,
 )
 from app.api.dry_run import DRY_RUN_PARAMETER, dry_run_of
+from app.api.events import (
+    EVENTS_PATH,
+    NDJSON,
+    EventStream,
+    StreamLimits,
+    is_ndjson_media_type,
+    may_stream,
+)
 from app.api.idempotent import (
     IDEMPOTENCY_KEY_PARAMETER,
     REPLAYED_HEADER,
@@ -28,7 +36,7 @@ from app.api.idempotent import (
     replayed,
 )
 from app.api.problems import ProblemType, describe, documented, problem_response
-from app.api.routing import ANY_SCOPE, LedgerRoute, public, requires
+from app.api.routing import ANY_SCOPE, LedgerRoute, UnsupportedMediaType, public, requires
 from app.api.schemas import (
     ACCOUNT_ID_MAX_CHARS,
     ACCOUNT_PAGE_MAX,
@@ -643,3 +651,61 @@ async def apply_batch(
             operation_problem=inner.body(),
         )
     return _json(render.batch(result), render.BATCH_STATUS)
+
+
+# -- usage streams ----------------------------------------------------------------------------
+
+EVENTS_REQUEST_BODY: dict[str, Any] = {
+    "required": True,
+    "description": (
+        "NDJSON (`application/x-ndjson`): one operation per line, each an `EventLine` (a "
+        "batch operation `grant`, `consume` or `void` with the client's `id`). Blank lines "
+        "are skipped. Limits: GPU_CREDITS_MAX_EVENT_STREAM_BYTES (body), "
+        "GPU_CREDITS_MAX_EVENT_LINE_BYTES (line), GPU_CREDITS_MAX_EVENT_LINES (lines)."
+    ),
+    "content": {NDJSON: {"schema": {"$ref": "#/components/schemas/EventLine"}}},
+}
+
+
+@router.post(
+    EVENTS_PATH,
+    operation_id="streamEvents",
+    summary="A usage stream: one operation per NDJSON line, answered line by line",
+    status_code=200,
+    openapi_extra={"requestBody": EVENTS_REQUEST_BODY},
+    response_class=Response,
+    responses={
+        200: {
+            "description": (
+                "NDJSON: one `EventResultLine` per line that is not blank, in order, written "
+                "as the lines are committed. A limit reached, a pause longer than "
+                "GPU_CREDITS_BODY_TIMEOUT_S or a storage failure ends the stream with an error "
+                "line at the line it concerns; the lines answered before it stay committed."
+            ),
+            "content": {NDJSON: {"schema": {"$ref": "#/components/schemas/EventResultLine"}}},
+        },
+        **documented(401, 403, 413, 415, 503),
+    },
+    tags=["credits"],
+)
+@requires(ANY_SCOPE)
+async def stream_events(request: Request) -> Any:
+    """Usage in volume: each line a grant, consumption or void naming its account, with the
+    client's `id` for it (unique per account). Lines are applied in order and committed in
+    chunks; the answer streams one result line per line as its chunk commits: the status and
+    body the single endpoint would answer, a problem document for a line that is invalid,
+    forbidden or refused (the stream goes on), or `"duplicate": true` for an id the account
+    already applied (nothing changes). A client resumes after a failure by sending again
+    from the first line without a result. Each line needs its operation's scope and
+    account; the key needs `credits:grant` or `credits:consume`."""
+    key = request.state.api_key
+    if not may_stream(key):
+        raise Forbidden("the API key lacks the scopes credits:grant and credits:consume")
+    if not is_ndjson_media_type(request.headers.get("content-type")):
+        raise UnsupportedMediaType("the request body must be NDJSON: application/x-ndjson", NDJSON)
+    ledger = _ledger(request)
+    if ledger.failure is not None:
+        raise ServiceUnavailable(ledger.failure)
+    limits = request.app.state.event_stream_limits
+    assert isinstance(limits, StreamLimits)
+    return EventStream(ledger, key, limits)
