@@ -655,6 +655,17 @@ async def apply_batch(
 
 # -- usage streams ----------------------------------------------------------------------------
 
+def _ndjson(line_schema: str) -> dict[str, Any]:
+    return {
+        "schema": {
+            "type": "string",
+            "format": "binary",
+            "description": f"NDJSON: one `{line_schema}` per line.",
+        },
+        "x-ndjson-line": {"$ref": f"#/components/schemas/{line_schema}"},
+    }
+
+
 EVENTS_REQUEST_BODY: dict[str, Any] = {
     "required": True,
     "description": (
@@ -663,7 +674,10 @@ EVENTS_REQUEST_BODY: dict[str, Any] = {
         "are skipped. Limits: GPU_CREDITS_MAX_EVENT_STREAM_BYTES (body), "
         "GPU_CREDITS_MAX_EVENT_LINE_BYTES (line), GPU_CREDITS_MAX_EVENT_LINES (lines)."
     ),
-    "content": {NDJSON: {"schema": {"$ref": "#/components/schemas/EventLine"}}},
+    # NDJSON is a sequence of JSON texts: the body is described as bytes (what a client
+    # sends, and what a generated client takes), each line's schema as the extension
+    # ``x-ndjson-line`` (OpenAPI 3.2's ``itemSchema``, which 3.1 lacks).
+    "content": {NDJSON: _ndjson("EventLine")},
 }
 
 
@@ -682,7 +696,7 @@ EVENTS_REQUEST_BODY: dict[str, Any] = {
                 "GPU_CREDITS_BODY_TIMEOUT_S or a storage failure ends the stream with an error "
                 "line at the line it concerns; the lines answered before it stay committed."
             ),
-            "content": {NDJSON: {"schema": {"$ref": "#/components/schemas/EventResultLine"}}},
+            "content": {NDJSON: _ndjson("EventResultLine")},
         },
         **documented(401, 403, 413, 415, 503),
     },
