@@ -15,6 +15,8 @@ from app.api.auth import Forbidden, authorize, visible_prefix
 from app.api.docs import (
     BATCH_EXAMPLES,
     CONSUME_EXAMPLES,
+    EVENTS_ANSWER_EXAMPLE,
+    EVENTS_EXAMPLE,
     GRANT_EXAMPLES,
     SETTINGS_EXAMPLES,
     VOID_EXAMPLES,
@@ -655,7 +657,7 @@ async def apply_batch(
 
 # -- usage streams ----------------------------------------------------------------------------
 
-def _ndjson(line_schema: str) -> dict[str, Any]:
+def _ndjson(line_schema: str, example: str) -> dict[str, Any]:
     return {
         "schema": {
             "type": "string",
@@ -663,6 +665,7 @@ def _ndjson(line_schema: str) -> dict[str, Any]:
             "description": f"NDJSON: one `{line_schema}` per line.",
         },
         "x-ndjson-line": {"$ref": f"#/components/schemas/{line_schema}"},
+        "example": example,
     }
 
 
@@ -677,7 +680,7 @@ EVENTS_REQUEST_BODY: dict[str, Any] = {
     # NDJSON is a sequence of JSON texts: the body is described as bytes (what a client
     # sends, and what a generated client takes), each line's schema as the extension
     # ``x-ndjson-line`` (OpenAPI 3.2's ``itemSchema``, which 3.1 lacks).
-    "content": {NDJSON: _ndjson("EventLine")},
+    "content": {NDJSON: _ndjson("EventLine", EVENTS_EXAMPLE)},
 }
 
 
@@ -696,9 +699,9 @@ EVENTS_REQUEST_BODY: dict[str, Any] = {
                 "GPU_CREDITS_BODY_TIMEOUT_S or a storage failure ends the stream with an error "
                 "line at the line it concerns; the lines answered before it stay committed."
             ),
-            "content": {NDJSON: _ndjson("EventResultLine")},
+            "content": {NDJSON: _ndjson("EventResultLine", EVENTS_ANSWER_EXAMPLE)},
         },
-        **documented(401, 403, 413, 415, 503),
+        **documented(401, 403, 413, 415, 422, 503),
     },
     tags=["credits"],
 )

@@ -3384,6 +3384,11 @@ export interface operations {
         /** @description NDJSON (`application/x-ndjson`): one operation per line, each an `EventLine` (a batch operation `grant`, `consume` or `void` with the client's `id`). Blank lines are skipped. Limits: GPU_CREDITS_MAX_EVENT_STREAM_BYTES (body), GPU_CREDITS_MAX_EVENT_LINE_BYTES (line), GPU_CREDITS_MAX_EVENT_LINES (lines). */
         requestBody: {
             content: {
+                /**
+                 * @example {"id": "grant-2026-06", "op": "grant", "account_id": "team-a:acme", "amount": 1000, "timestamp": 0, "expiry": 720}
+                 *     {"id": "job-17/0", "op": "consume", "account_id": "team-a:acme", "amount": 40, "timestamp": 60, "resource": null}
+                 *     {"id": "job-17/0", "op": "consume", "account_id": "team-a:acme", "amount": 40, "timestamp": 60}
+                 */
                 "application/x-ndjson": string;
             };
         };
@@ -3394,6 +3399,11 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {"line":1,"id":"grant-2026-06","status":201,"body":{"account_id":"team-a:acme","grant_id":1,"sequence":1,"timestamp":0,"amount":1000,"expiry":720,"balance":1000,"available":1000,"debt":0,"settled_debt":0,"retained":1000,"name":null,"metadata":null,"resources":null,"watermark":0,"restated":0}}
+                     *     {"line":2,"id":"job-17/0","status":200,"body":{"account_id":"team-a:acme","sequence":2,"timestamp":60,"amount":40,"balance":960,"available":960,"debt":0,"consumed":40,"debt_added":0,"allocation":[{"grant_id":1,"expiry":720,"amount":40,"resources":null}],"resource":null,"watermark":60,"restated":0}}
+                     *     {"line":3,"id":"job-17/0","status":200,"duplicate":true,"body":{"account_id":"team-a:acme","sequence":2}}
+                     */
                     "application/x-ndjson": string;
                 };
             };
@@ -3453,6 +3463,15 @@ export interface operations {
             };
             /** @description The body is not `application/json`. */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
