@@ -237,14 +237,15 @@ class EventStream(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         reader = asyncio.create_task(self._read(receive))
+        sender = _Sender(send)
         try:
-            finished = await self._write(send)
+            await self._write(sender)
+            await sender.close()  # every result line sent, then the end of the body
         finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
-        if finished:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            for task in (reader, sender.task):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     # -- the reader ------------------------------------------------------------------------
 
@@ -331,9 +332,8 @@ class EventStream(Response):
 
     # -- the writer ------------------------------------------------------------------------
 
-    async def _write(self, send: Send) -> bool:
-        """Apply and answer until the stream stops; False if the client is gone."""
-        sent = _Sender(send)
+    async def _write(self, sent: _Sender) -> None:
+        """Apply and answer until the stream stops."""
         while True:
             while not self._queue:
                 self._queued.clear()
@@ -342,16 +342,17 @@ class EventStream(Response):
             if chunk:
                 stop = await self._apply(chunk, sent)
                 if stop is not None:
-                    await sent.line(stop)
-                    return sent.alive
-                await sent.flush()
+                    sent.add(stop)
+                    return
+                sent.flush()
                 continue
             item = self._queue.popleft()
             assert isinstance(item, _Stop)
-            if item.problem is None:
-                return not item.gone and sent.alive
-            await sent.line(_error_line(item.number, None, item.status, item.problem))
-            return sent.alive
+            if item.gone:
+                sent.abandon()
+            elif item.problem is not None:
+                sent.add(_error_line(item.number, None, item.status, item.problem))
+            return
 
     def _take_chunk(self) -> list[_Line | _Bad]:
         """The queued lines up to the next stop, at most CHUNK_LINES, cut before a line
@@ -422,31 +423,57 @@ class EventStream(Response):
 
 
 class _Sender:
-    """Result lines on their way to the client, written one batch per chunk."""
+    """Result lines on their way to the client, sent by a task of their own: the writer
+    never waits for a client that does not read while it sends (most HTTP/1.1 clients send
+    the whole body first), so such a client cannot stall the stream. What waits here is
+    bounded by the lines one stream may carry."""
 
     def __init__(self, send: Send) -> None:
         self._send = send
         self._pending: list[bytes] = []
-        self.alive = True
+        self._ready = asyncio.Event()
+        self._closing = False
+        self._gone = False
+        self.task = asyncio.create_task(self._run())
 
     def add(self, line: bytes) -> None:
         self._pending.append(line)
 
-    async def line(self, line: bytes) -> None:
-        self._pending.append(line)
-        await self.flush()
+    def flush(self) -> None:
+        """Send what was added (a chunk's lines: they are committed)."""
+        if self._pending:
+            self._ready.set()
 
-    async def flush(self) -> None:
-        if not self._pending:
-            return
-        body = b"".join(self._pending)
+    def abandon(self) -> None:
+        """The client is gone: nothing more is sent."""
+        self._gone = True
         self._pending = []
-        if not self.alive:
-            return
+
+    async def close(self) -> None:
+        """Send what is left, then end the body."""
+        self._closing = True
+        self._ready.set()
+        await self.task
+
+    async def _run(self) -> None:
+        while True:
+            if self._pending and not self._gone:
+                body = b"".join(self._pending)
+                self._pending = []
+                await self._send_part(body, more=True)
+            elif self._closing:
+                if not self._gone:
+                    await self._send_part(b"", more=False)
+                return
+            else:
+                await self._ready.wait()
+                self._ready.clear()
+
+    async def _send_part(self, body: bytes, more: bool) -> None:
         try:
-            await self._send({"type": "http.response.body", "body": body, "more_body": True})
+            await self._send({"type": "http.response.body", "body": body, "more_body": more})
         except OSError:  # the client is gone: what was committed stays committed
-            self.alive = False
+            self.abandon()
 
 
 _RENDER: Final[dict[type, Callable[[Any], bytes]]] = {

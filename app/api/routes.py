@@ -657,6 +657,7 @@ async def apply_batch(
 
 # -- usage streams ----------------------------------------------------------------------------
 
+
 def _ndjson(line_schema: str, example: str) -> dict[str, Any]:
     return {
         "schema": {
