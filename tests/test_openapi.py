@@ -179,7 +179,8 @@ def test_request_bodies_have_examples(served: dict[str, Any]) -> None:
             media = op["requestBody"]["content"]["application/x-ndjson"]
             assert media["x-ndjson-line"] == {"$ref": "#/components/schemas/EventLine"}
             lines = media["example"].splitlines()
-            assert lines and all(isinstance(json.loads(line), dict) for line in lines)
+            assert lines
+            assert all(isinstance(json.loads(line), dict) for line in lines)
             continue
         media = op["requestBody"]["content"]["application/json"]
         examples = media.get("examples") or {}
