@@ -161,11 +161,27 @@ def _problem(kind: ProblemType, detail: str, **extra: Any) -> dict[str, Any]:
     return {"type": kind.uri, "title": kind.title, "status": kind.status, "detail": detail, **extra}
 
 
-def _fingerprint(line: GrantEvent | ConsumeEvent | VoidEvent) -> str:
-    """What the line asks, without its id: canonical JSON, absent and null members alike."""
-    asked = line.model_dump(exclude={"id"}, exclude_none=True)
-    canonical = json.dumps(asked, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+def _fingerprint(op: GrantOp | ConsumeOp | VoidOp) -> str:
+    """What the line asks, without its id: a hash of its operation's members in a fixed
+    order (absent and null alike; metadata by key). Stored with the id, so this form is
+    part of the storage format: change it only with a new prefix."""
+    if isinstance(op, GrantOp):
+        metadata = None if op.metadata is None else sorted(op.metadata.items())
+        asked: tuple[object, ...] = (
+            "grant",
+            op.account_id,
+            op.amount,
+            op.timestamp,
+            op.expiry,
+            op.resources,
+            op.name,
+            metadata,
+        )
+    elif isinstance(op, ConsumeOp):
+        asked = ("consume", op.account_id, op.amount, op.timestamp, op.resource)
+    else:
+        asked = ("void", op.account_id, op.grant_id, op.timestamp)
+    return "1:" + hashlib.blake2b(repr(asked).encode(), digest_size=15).hexdigest()
 
 
 def _operation(line: GrantEvent | ConsumeEvent | VoidEvent) -> GrantOp | ConsumeOp | VoidOp:
@@ -208,7 +224,8 @@ def parse_line(number: int, raw: bytes) -> _Line | _Bad:
         fields = ", ".join(".".join(str(p) for p in i["loc"][1:]) or "line" for i in issues)
         detail = f"line {number} is invalid: {fields}"
         return _Bad(number, event_id, _problem(VALIDATION, detail, errors=issues), 422)
-    return _Line(number, line.id, _fingerprint(line), _operation(line), _SCOPE_OF[line.op])
+    op = _operation(line)
+    return _Line(number, line.id, _fingerprint(op), op, _SCOPE_OF[line.op])
 
 
 # -- the response ---------------------------------------------------------------------------
@@ -333,26 +350,36 @@ class EventStream(Response):
     # -- the writer ------------------------------------------------------------------------
 
     async def _write(self, sent: _Sender) -> None:
-        """Apply and answer until the stream stops."""
+        """Apply and answer until the stream stops. Two chunks overlap: the next one is
+        applied while the one before it is made durable (its locks released), and a
+        chunk's result lines are sent once it is durable, in order."""
+        pending: _InFlight | None = None
         while True:
-            while not self._queue:
-                self._queued.clear()
-                await self._queued.wait()
-            chunk = self._take_chunk()
-            if chunk:
-                stop = await self._apply(chunk, sent)
+            head = self._queue[0] if self._queue else None
+            current: _InFlight | None = None
+            if head is not None and not isinstance(head, _Stop):
+                current = await self._start(self._take_chunk())
+            elif pending is None:
+                if head is None:
+                    self._queued.clear()
+                    await self._queued.wait()
+                    continue
+                item = self._queue.popleft()
+                assert isinstance(item, _Stop)
+                if item.gone:
+                    sent.abandon()
+                elif item.problem is not None:
+                    sent.add(_error_line(item.number, None, item.status, item.problem))
+                return
+            if pending is not None:
+                stop = await self._finish(pending, sent)
                 if stop is not None:
+                    if current is not None:  # applied or not: the client resumes before it
+                        await current.settled()
                     sent.add(stop)
                     return
                 sent.flush()
-                continue
-            item = self._queue.popleft()
-            assert isinstance(item, _Stop)
-            if item.gone:
-                sent.abandon()
-            elif item.problem is not None:
-                sent.add(_error_line(item.number, None, item.status, item.problem))
-            return
+            pending = current
 
     def _take_chunk(self) -> list[_Line | _Bad]:
         """The queued lines up to the next stop, at most CHUNK_LINES, cut before a line
@@ -374,9 +401,10 @@ class EventStream(Response):
         self._room.set()
         return chunk
 
-    async def _apply(self, chunk: list[_Line | _Bad], sent: _Sender) -> bytes | None:
-        """Apply a chunk and queue its result lines on ``sent``; the stop line if the
-        stream must end here (the chunk was not applied, or its outcome is unknown)."""
+    async def _start(self, chunk: list[_Line | _Bad]) -> _InFlight:
+        """Answer what needs no ledger, and start applying the rest; return once the chunk
+        holds its accounts and has submitted its changes (or failed), so that a chunk
+        started next is applied after it on every account they share."""
         answers: list[bytes | None] = []
         lines: list[_Line] = []
         for item in chunk:
@@ -391,11 +419,27 @@ class EventStream(Response):
                 continue
             answers.append(None)
             lines.append(item)
+        flight = _InFlight(chunk, answers, lines)
         if lines:
-            try:
-                results = await self._ledger.events(
-                    [EventOp(line.event_id, line.fingerprint, line.op) for line in lines]
+            submitted = asyncio.Event()
+            flight.task = asyncio.create_task(
+                self._ledger.events(
+                    [EventOp(line.event_id, line.fingerprint, line.op) for line in lines],
+                    submitted=submitted.set,
                 )
+            )
+            flight.task.add_done_callback(lambda _: submitted.set())
+            await submitted.wait()
+        return flight
+
+    async def _finish(self, flight: _InFlight, sent: _Sender) -> bytes | None:
+        """Wait until the chunk is durable and queue its result lines on ``sent``; the stop
+        line if the stream must end here (the chunk was not applied, or its outcome is
+        unknown)."""
+        answers = flight.answers
+        if flight.task is not None:
+            try:
+                results = await flight.task
             except Exception as exc:
                 # Nothing of this chunk is acknowledged: the stream stops at its first line.
                 # On PostgreSQL an unknown outcome is resolved by sending the lines again: the
@@ -405,13 +449,11 @@ class EventStream(Response):
                     problem, status = described.body(), described.kind.status
                 else:  # a bug, or a failure the service did not map
                     log.error("applying a usage stream chunk failed", exc_info=exc)
-                    problem, status = (
-                        _problem(INTERNAL, "the server could not apply the lines"),
-                        500,
-                    )
-                first = chunk[0]
+                    problem = _problem(INTERNAL, "the server could not apply the lines")
+                    status = 500
+                first = flight.chunk[0]
                 return _error_line(first.number, first.event_id, status, problem)
-            made = iter(zip(lines, results, strict=True))
+            made = iter(zip(flight.lines, results, strict=True))
             for index, answer in enumerate(answers):
                 if answer is None:
                     line, result = next(made)
@@ -420,6 +462,24 @@ class EventStream(Response):
             assert answer is not None
             sent.add(answer)
         return None
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A chunk being applied: its answers so far (None: the ledger's to give), the lines
+    sent to the ledger, and the task applying them."""
+
+    chunk: list[_Line | _Bad]
+    answers: list[bytes | None]
+    lines: list[_Line]
+    task: asyncio.Task[list[EventResult]] | None = None
+
+    async def settled(self) -> None:
+        """Wait for the task, whatever its outcome (a chunk after the one that stopped the
+        stream: its lines are sent again by the client, and answer duplicate if applied)."""
+        if self.task is not None:
+            with contextlib.suppress(Exception):
+                await self.task
 
 
 class _Sender:
