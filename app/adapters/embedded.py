@@ -107,6 +107,7 @@ class EmbeddedPort:
         # on Idempotency-Keys, as is the room units of work have taken for new ones.
         self._events: dict[tuple[str, str], _PendingEvent] = {}
         self._event_room_taken = 0
+        self._expired_dropped_at_s = float("-inf")  # when the bound last dropped expired ids
         self._failure: str | None = None
         self._tenants = Tenants()
         self._live_grants = 0  # over every account held (Limits.max_live_grants)
@@ -254,12 +255,16 @@ class EmbeddedPort:
         ):
             return
         # At a bound: drop the keys and ids past their retention first (the hourly sweep
-        # may not have run yet).
-        cutoff_s = self._wall_clock_s() - self._limits.idempotency_ttl_s
-        for k in [k for k, p in self._keys.items() if p.record.created_at_s < cutoff_s]:
-            self._forget_key(k)
-        for k in self._expired_events(cutoff_s):
-            self._forget_event(k)
+        # may not have run yet). A scan of everything held: at most once a second, so a
+        # stream of lines refused at the bound does not pay it per line.
+        now_s = self._wall_clock_s()
+        if now_s - self._expired_dropped_at_s >= 1.0:
+            self._expired_dropped_at_s = now_s
+            cutoff_s = now_s - self._limits.idempotency_ttl_s
+            for k in [k for k, p in self._keys.items() if p.record.created_at_s < cutoff_s]:
+                self._forget_key(k)
+            for k in self._expired_events(cutoff_s):
+                self._forget_event(k)
         if self._ids_held() >= self._limits.max_idempotency_keys:
             raise IdempotencyKeysFull(self._limits.max_idempotency_keys)
         if tight is not None and tight.room("idempotency keys") < 1:
