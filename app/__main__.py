@@ -1,4 +1,5 @@
-"""``python -m app [serve] [--host H] [--port P]`` does what ``gpu-credits serve`` does."""
+"""``python -m app [serve] [--host H] [--port P]`` does what ``gpu-credits serve`` does;
+``python -m app COMMAND ...`` what ``gpu-credits COMMAND ...`` does."""
 
 from __future__ import annotations
 
@@ -7,6 +8,6 @@ import sys
 from app.cli import main
 
 argv = sys.argv[1:]
-if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
     argv = ["serve", *argv]
 raise SystemExit(main(argv))

@@ -8,6 +8,12 @@ it finds the record; the secret is then compared in constant time (``hmac.compar
 
 The file is small and read whole; the service re-reads it when its modification time changes,
 so creating or revoking a key takes effect without a restart.
+
+When each key was last used is kept apart, in ``<keys file stem>.last-used.json`` next to
+it (``last_used_path``): the service notes a key's use in memory when it authenticates
+(at most once a minute per key, see ``app.api.auth.KeyUsage``) and merges what it noted into
+that file every few seconds, off the request path. The key file itself is never rewritten
+by the service, so its hashes are only ever written by the key commands.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ class Scope(StrEnum):
     # Account settings (the lateness window, SPEC section 6). New in the release with late
     # events: keys made before it never hold it, so nothing they could do changes.
     ADMIN = "credits:admin"
+    # GET /metrics (unless GPU_CREDITS_METRICS_PUBLIC): figures over every account, so only
+    # a key without an account prefix may use it.
+    METRICS = "metrics:read"
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,4 +243,63 @@ def revoke_key(path: Path, key_id: str) -> bool:
         if len(kept) == len(records):
             return False
         save_records(path, kept)
+    with contextlib.suppress(OSError, KeyFileError):  # a record of use is no key: best effort
+        record_last_used(path, {}, keep={r.key_id for r in kept})
     return True
+
+
+# -- last use ------------------------------------------------------------------------------
+
+
+def last_used_path(keys_path: Path) -> Path:
+    """Where the last use of the keys of ``keys_path`` is kept: next to it."""
+    return keys_path.with_name(f"{keys_path.stem}.last-used.json")
+
+
+def load_last_used(keys_path: Path) -> dict[str, float]:
+    """When each key was last used (seconds since the epoch), by key id; {} when none was
+    recorded yet."""
+    path = last_used_path(keys_path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise KeyFileError(f"{path}: unreadable record of key use: {exc}") from exc
+    used = raw.get("last_used_s") if isinstance(raw, dict) else None
+    if not isinstance(used, dict) or not all(
+        isinstance(k, str) and type(v) in (int, float) for k, v in used.items()
+    ):
+        raise KeyFileError(f"{path}: 'last_used_s' must map key ids to seconds")
+    return {k: float(v) for k, v in used.items()}
+
+
+def record_last_used(keys_path: Path, used: dict[str, float], keep: set[str] | None = None) -> None:
+    """Merge ``used`` into the record of last use (the later time of the two wins, so
+    several processes sharing a key file can all write it), forgetting the keys not in
+    ``keep`` when it is given. Atomic, under a lock: read, merge, replace."""
+    path = last_used_path(keys_path)
+    with _locked(path):
+        try:
+            recorded = load_last_used(keys_path)
+        except KeyFileError:
+            recorded = {}  # a broken record is rebuilt from what is known now
+        merged = dict(recorded)
+        for key_id, at in used.items():
+            merged[key_id] = max(at, merged.get(key_id, at))
+        if keep is not None:
+            merged = {k: v for k, v in merged.items() if k in keep}
+        if merged == recorded and (path.exists() or not merged):
+            return
+        body = json.dumps({"last_used_s": merged}, indent=2, sort_keys=True) + "\n"
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".last-used.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from app.adapters.embedded import EmbeddedPort
 from app.api import docs_pages, problems, render
@@ -20,8 +21,11 @@ from app.api.auth import Authenticator
 from app.api.events import EVENTS_PATH, StreamLimits
 from app.api.limits import RequestLimits
 from app.api.openapi import build_openapi
+from app.api.requests import RequestObserver
 from app.api.routes import BATCH_PATH, About, router
 from app.keys import tenant_quotas
+from app.metrics import Metrics
+from app.observe import NULL_OBSERVER, Observer
 from app.service.ledger import Ledger
 from app.service.limits import Limits
 from app.settings import Settings
@@ -35,45 +39,67 @@ A ledger of expiring GPU compute credits per account. Grants expire; consumption
 earliest-expiring credits first; consumption beyond the active credits becomes debt, which
 new grants settle first. Timestamps are the caller's and never decrease per account.
 Every error is an RFC 9457 problem document (`application/problem+json`).
+Every answer carries `X-Request-ID`: the request's own (1 to 128 visible ASCII characters)
+or one the service made; problem documents repeat it as `request_id`.
 """
 log = logging.getLogger("app")
 IDEMPOTENCY_PRUNE_INTERVAL_S = 3600.0
 KEY_RELOAD_INTERVAL_S = 2.0
+# How often the API keys' last uses noted in memory are written to their record (see
+# app.api.auth.KeyUsage): what a crash can lose.
+KEY_USE_SAVE_INTERVAL_S = 10.0
 # How often the backend is asked whether its files are still in place: a deleted or replaced
 # database is noticed within about this long even when no write arrives to find out.
 STORAGE_CHECK_INTERVAL_S = 1.0
 
 
-def build_ledger(settings: Settings) -> Ledger:
+def build_ledger(settings: Settings, observer: Observer = NULL_OBSERVER) -> Ledger:
     """The one service over the adapter for the backend the settings name: embedded
-    (memory, sqlite) or shared (postgres)."""
+    (memory, sqlite) or shared (postgres); ``observer`` is told what it does (metrics)."""
     limits = settings.limits()
     store = open_store(settings)
     if isinstance(store, EmbeddedJournal):
-        return embedded_ledger(store, limits)
+        return embedded_ledger(store, limits, observer=observer)
     from app.adapters.postgres import PostgresPort  # loads asyncpg only when used
 
-    return Ledger(PostgresPort(store, limits), render.encode_answer, limits)
+    store.observer = observer
+    port = PostgresPort(store, limits)
+    return Ledger(port, render.encode_answer, limits, observer=observer)
 
 
 def embedded_ledger(
     store: EmbeddedJournal,
     limits: Limits | None = None,
     wall_clock_s: Callable[[], float] = time.time,
+    observer: Observer = NULL_OBSERVER,
 ) -> Ledger:
     """The service over an embedded store (memory, sqlite), answers encoded as the API
     sends them: what ``serve`` runs, for benchmarks and tests that skip HTTP."""
     limits = limits or Limits()
+    store.observer = observer  # a store that commits (sqlite) reports its commits
     port = EmbeddedPort(store, limits, wall_clock_s)
-    return Ledger(port, render.encode_answer, limits, wall_clock_s)
+    return Ledger(port, render.encode_answer, limits, wall_clock_s, observer)
+
+
+class _App(FastAPI):
+    """FastAPI with ``RequestObserver`` outside everything else, Starlette's error
+    middleware included, so that it sees (and ids, counts and logs) a 500 too."""
+
+    request_observer: Callable[[ASGIApp], ASGIApp] | None = None
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        return stack if self.request_observer is None else self.request_observer(stack)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
+    metrics = Metrics(package_version(), settings.storage) if settings.metrics else None
+    observer: Observer = metrics or NULL_OBSERVER
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        ledger = build_ledger(settings)
+        ledger = build_ledger(settings, observer)
         await ledger.start()
         _tune_gc()
         app.state.ledger = ledger
@@ -81,7 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             package_version(), settings.storage, await _schema_version(ledger, settings)
         )
         log.info("ledger ready: storage=%s", settings.storage)
-        authenticator = Authenticator(settings.keys_path)
+        authenticator = Authenticator(settings.keys_path, observer)
         app.state.authenticator = authenticator
         _configure_tenants(ledger, authenticator, settings)
         if not authenticator.enabled:
@@ -94,6 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(_prune_forever(ledger)),
             asyncio.create_task(_reload_keys_forever(authenticator, ledger, settings)),
             asyncio.create_task(_check_storage_forever(ledger)),
+            asyncio.create_task(_save_key_usage_forever(authenticator)),
         ]
         try:
             yield
@@ -103,9 +130,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await _save_key_usage(authenticator)
             await ledger.close()
 
-    app = FastAPI(
+    app = _App(
         title="gpu-credits",
         version=package_version(),
         description=DESCRIPTION,
@@ -125,9 +153,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             },
         ],
     )
+    app.state.metrics = metrics
+    app.state.metrics_public = settings.metrics_public
+    app.state.observer = observer
     app.include_router(router)
     docs_pages.install(app)
     ui_pages.install(app)
+
+    # The API's routes one by one (the app's router holds them as one included router),
+    # then the others (documentation): what a request refused before routing is matched to.
+    routes = [*router.routes, *app.router.routes]
+    app.request_observer = lambda inner: RequestObserver(
+        inner, routes=routes, metrics=metrics, log_requests=settings.access_log
+    )
     batch_cap = settings.max_batch_body_bytes
     caps = {BATCH_PATH: batch_cap, EVENTS_PATH: settings.max_event_stream_bytes}
     app.state.event_stream_limits = StreamLimits(
@@ -198,6 +236,29 @@ async def _reload_keys_forever(
                 _configure_tenants(ledger, authenticator, settings)
         except Exception:  # keep the keys in force; say so loudly
             log.exception("API key file unreadable; keeping the previous keys")
+
+
+async def _save_key_usage_forever(authenticator: Authenticator) -> None:
+    while True:
+        await asyncio.sleep(KEY_USE_SAVE_INTERVAL_S)
+        await _save_key_usage(authenticator)
+
+
+async def _save_key_usage(authenticator: Authenticator) -> None:
+    """Write the keys' uses noted since the last save, in a worker thread; what cannot be
+    written now is kept for the next save (KeyUsage logs why)."""
+    usage = authenticator.usage
+    unsaved = usage.take_unsaved()
+    if not unsaved:
+        return
+    keep = {record.key_id for record in authenticator.ring.records()}
+    try:
+        await asyncio.to_thread(usage.save, unsaved, keep)
+    except asyncio.CancelledError:  # shutting down: the last save writes them
+        usage.give_back(unsaved)
+        raise
+    except Exception:
+        usage.give_back(unsaved)
 
 
 async def _check_storage_forever(ledger: Ledger) -> None:

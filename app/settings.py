@@ -1,7 +1,11 @@
 """All configuration in one place: environment variables prefixed ``GPU_CREDITS_``.
 
 Every setting has a safe default, so ``gpu-credits serve`` with no configuration listens on
-loopback only and keeps its data durably in SQLite under ``./data``.
+loopback only and keeps its data durably in SQLite under the default data directory,
+``$XDG_DATA_HOME/gpu-credits`` (``~/.local/share/gpu-credits``): the same directory whichever
+directory a command runs in, so ``gpu-credits keys create`` writes where ``serve`` reads. A
+relative ``GPU_CREDITS_DATA_DIR`` (or ``--data-dir``) is taken from the working directory and
+made absolute once, when the settings are read.
 
 Secret settings (the ``SecretStr`` ones: the database URL and password) can also be read
 from a file named by ``GPU_CREDITS_<NAME>_FILE`` (``SecretFiles``), so that no secret has to
@@ -10,6 +14,7 @@ sit in the environment: that is how container secrets (``/run/secrets/...``) rea
 
 from __future__ import annotations
 
+import difflib
 import os
 import typing
 import urllib.parse
@@ -17,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -34,6 +39,43 @@ FILE_SUFFIX: Final = "_FILE"
 # A secret is a password or a URL: anything larger is not the file that was meant (and a
 # path such as /dev/zero must not be read to the end).
 SECRET_FILE_MAX_BYTES: Final = 64 * 1024
+
+
+DATA_DIR_NAME: Final = "gpu-credits"
+# Where earlier releases kept their data by default: ``data`` under the working directory.
+LEGACY_DATA_DIR: Final = Path("data")
+# GPU_CREDITS_* variables that are not settings of the service but are read by this project:
+# the client commands' server and key (``gpu-credits grant ...``), and the test suite's.
+OTHER_VARIABLES: Final = frozenset(
+    {
+        "GPU_CREDITS_URL",
+        "GPU_CREDITS_KEY",
+        "GPU_CREDITS_KEY_FILE",
+        "GPU_CREDITS_REQUIRE_BROWSER",  # tests: fail rather than skip without Chromium
+        "GPU_CREDITS_CHROMIUM",  # tests: the Chromium to drive
+        "GPU_CREDITS_REQUIRE_NODE",  # tests: fail rather than skip without Node.js
+    }
+)
+
+
+class DataDirError(Exception):
+    """No default data directory can be named (no home directory): one line for the CLI."""
+
+
+def default_data_dir() -> Path:
+    """``$XDG_DATA_HOME/gpu-credits``, else ``~/.local/share/gpu-credits`` (the XDG base
+    directory convention): it does not depend on the working directory."""
+    base = os.environ.get("XDG_DATA_HOME", "")
+    if base and Path(base).is_absolute():  # the specification ignores a relative value
+        return Path(base) / DATA_DIR_NAME
+    try:
+        home = Path.home()
+    except RuntimeError:
+        raise DataDirError(
+            "no home directory for the default data directory: set GPU_CREDITS_DATA_DIR "
+            "or pass --data-dir"
+        ) from None
+    return home / ".local" / "share" / DATA_DIR_NAME
 
 
 class SecretFileError(Exception):
@@ -150,7 +192,14 @@ class Settings(BaseSettings):
     )
     pg_min_connections: int = Field(2, ge=1, le=100, description="Pool size per process, min.")
     pg_max_connections: int = Field(20, ge=1, le=500, description="Pool size per process, max.")
-    data_dir: Path = Field(Path("data"), description="Directory for the SQLite database.")
+    data_dir: Path = Field(
+        default_factory=default_data_dir,
+        description=(
+            "Directory of the SQLite database and the API key file (default: "
+            "$XDG_DATA_HOME/gpu-credits, else ~/.local/share/gpu-credits). A relative path "
+            "is taken from the working directory."
+        ),
+    )
     sqlite_file: str = Field("gpu-credits.sqlite3", description="File name under data_dir.")
     idempotency_ttl_hours: float = Field(
         24.0, gt=0, le=24 * 365, description="How long Idempotency-Key records are kept."
@@ -271,7 +320,38 @@ class Settings(BaseSettings):
         5, ge=1, le=3600, description="Idle keep-alive connections are closed after this."
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
-    access_log: bool = Field(False, description="Log every request (off: it costs throughput).")
+    log_format: Literal["json", "text"] = Field(
+        "json",
+        description=(
+            "json: one JSON object per log line (for log collectors); text: human-readable "
+            "lines, for development."
+        ),
+    )
+    access_log: bool = Field(
+        True,
+        description=(
+            "Log one line per request (method, route, account, status, latency, key id, "
+            "request id) on the app.requests logger, at INFO. It costs about 15% of a "
+            "single request's CPU time at saturation (see README, Logs): false turns it off."
+        ),
+    )
+    metrics: bool = Field(
+        True, description="Count requests and operations and serve them at GET /metrics."
+    )
+    metrics_public: bool = Field(
+        False,
+        description=(
+            "Serve GET /metrics without an API key. By default it needs a key with the scope "
+            "metrics:read (when keys are configured)."
+        ),
+    )
+
+    @field_validator("data_dir", "api_keys_file", mode="after")
+    @classmethod
+    def _absolute(cls, path: Path | None) -> Path | None:
+        """Made absolute once, here: every message and every later use names one place,
+        whatever directory the process is in later."""
+        return None if path is None else path.expanduser().absolute()
 
     @model_validator(mode="after")
     def _postgres_needs_a_url(self) -> Settings:
@@ -332,3 +412,43 @@ class Settings(BaseSettings):
     @property
     def sqlite_path(self) -> Path:
         return self.data_dir / self.sqlite_file
+
+
+def variable_names() -> frozenset[str]:
+    """Every GPU_CREDITS_* variable this release reads: one per setting, a ``_FILE`` variant
+    per secret setting, and ``OTHER_VARIABLES``."""
+    names = set(OTHER_VARIABLES)
+    for name, field in Settings.model_fields.items():
+        variable = f"{ENV_PREFIX}{name}".upper()
+        names.add(variable)
+        if _is_secret(field):
+            names.add(variable + FILE_SUFFIX)
+    return frozenset(names)
+
+
+def unknown_variable_warnings(environ: Mapping[str, str]) -> list[str]:
+    """One line for each GPU_CREDITS_* variable of ``environ`` that nothing reads (a misspelt
+    one would otherwise be ignored in silence), with the closest known name when one is
+    close. Names match case-insensitively, as the settings read them."""
+    known = variable_names()
+    secrets = sorted(
+        f"{ENV_PREFIX}{name}{FILE_SUFFIX}".upper()
+        for name, field in Settings.model_fields.items()
+        if _is_secret(field)
+    )
+    # Compared without the prefix, which every name shares and would make any two look alike.
+    suffixes = sorted(name.removeprefix(ENV_PREFIX) for name in known)
+    lines = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known:
+            continue
+        line = f"{name} is not a variable gpu-credits reads; it is ignored"
+        if upper.endswith(FILE_SUFFIX) and upper.removesuffix(FILE_SUFFIX) in known:
+            line += f" (only secret settings are read from files: {', '.join(secrets)})"
+        else:
+            close = difflib.get_close_matches(upper.removeprefix(ENV_PREFIX), suffixes, 1, 0.75)
+            if close:
+                line += f" (did you mean {ENV_PREFIX}{close[0]}?)"
+        lines.append(line)
+    return lines

@@ -49,10 +49,19 @@ def wait_until_up(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> 
 
 
 class Server:
-    """``gpu-credits serve`` on a free port of 127.0.0.1, its output in ``data_dir``."""
+    """``gpu-credits serve`` on a free port of 127.0.0.1, its output in ``data_dir``. With
+    ``src``, the service of another checkout of the repository (``python -m app serve`` run
+    there: an earlier version, to compare with in the same run)."""
 
-    def __init__(self, data_dir: Path, storage: str = "sqlite", env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        data_dir: Path,
+        storage: str = "sqlite",
+        env: dict[str, str] | None = None,
+        src: Path | None = None,
+    ):
         self.data_dir = data_dir
+        self.src = src
         self.env = {
             **os.environ,
             "GPU_CREDITS_DATA_DIR": str(data_dir),
@@ -67,6 +76,8 @@ class Server:
         """Start and wait until healthy; return the seconds that took."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = [str(Path(sys.executable).parent / "gpu-credits"), "serve"]
+        if self.src is not None:  # ``-m`` puts the working directory first on the path
+            command = [sys.executable, "-m", "app", "serve"]
         started = time.monotonic()
         with (self.data_dir / f"server-{self.port}.log").open("ab") as log:
             self.proc = subprocess.Popen(
@@ -74,7 +85,7 @@ class Server:
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                cwd=ROOT,
+                cwd=self.src or ROOT,
             )
         wait_until_up(f"{self.base_url}/healthz", self.proc, STARTUP_TIMEOUT_S)
         return time.monotonic() - started

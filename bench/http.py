@@ -12,6 +12,12 @@ with wrk as the load generator (one thread: on a 2-core machine one core serves,
    storage, 64 connections;
 3. the batch endpoint with 1,000 and 10,000 operations a request, sqlite storage.
 
+``--observability`` measures instead what metrics and the request log cost: single grants and
+consumptions on memory (where the per-request overhead shows most) against servers with
+metrics and the request log off, metrics on, the request log on, and both (the default), in
+interleaved rounds; with ``--baseline-src DIR`` (a checkout of an earlier commit, e.g. from
+``git archive``) also against that version.
+
 It prints requests/s, operations/s, p50, p99 and p99.9 latency, and the ratios the issue
 sets targets for. Machines here are shared and noisy: compare the ratios, not the absolutes.
 """
@@ -41,6 +47,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._procs import Server, free_port, wait_until_up
+
+# What --observability compares: settings of the same server.
+OBSERVABILITY_VARIANTS: dict[str, dict[str, str]] = {
+    "off": {"GPU_CREDITS_METRICS": "false", "GPU_CREDITS_ACCESS_LOG": "false"},
+    "metrics": {"GPU_CREDITS_METRICS": "true", "GPU_CREDITS_ACCESS_LOG": "false"},
+    "log": {"GPU_CREDITS_METRICS": "false", "GPU_CREDITS_ACCESS_LOG": "true"},
+    "metrics+log": {"GPU_CREDITS_METRICS": "true", "GPU_CREDITS_ACCESS_LOG": "true"},
+}
 
 ACCOUNTS = 1000
 FAR_EXPIRY = 10**15
@@ -124,6 +138,7 @@ class Result:
     p99_ms: float
     p999_ms: float
     errors: int
+    requests: int = 0
 
     def line(self) -> str:
         return (
@@ -173,6 +188,7 @@ def run_wrk(
         float(match[4]),
         float(match[5]),
         int(match[6]) + int(match[7]),
+        requests,
     )
 
 
@@ -277,15 +293,88 @@ def start_bare() -> tuple[subprocess.Popen[bytes], str]:
     return proc, url
 
 
+def observability(seconds: float, connections: int, rounds: int, baseline_src: Path | None) -> None:
+    """Requests/s of single grants and consumptions (memory) per variant, interleaved so
+    that a machine getting slower or faster affects every variant alike, and the server's
+    CPU time per request (user + system, from /proc): what the variant costs, which other
+    jobs on a shared machine disturb far less than they disturb throughput."""
+    variants: dict[str, tuple[dict[str, str], Path | None]] = {
+        name: (env, None) for name, env in OBSERVABILITY_VARIANTS.items()
+    }
+    if baseline_src is not None:
+        variants = {"before": ({}, baseline_src.resolve()), **variants}
+    rates: dict[str, list[float]] = {name: [] for name in variants}
+    cpu_us: dict[str, list[float]] = {name: [] for name in variants}
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(rounds):
+            for name, (env, src) in variants.items():
+                server = Server(Path(tmp) / f"{name}-{round_}", "memory", env, src)
+                server.start()
+                try:
+                    warm_up(server.base_url)
+                    assert server.proc is not None
+                    cpu_before_s = _cpu_seconds(server.proc.pid)
+                    result = run_wrk(name, server.base_url, SINGLE_LUA, seconds, connections, 1)
+                    cpu_s = _cpu_seconds(server.proc.pid) - cpu_before_s
+                finally:
+                    server.stop()
+                assert not result.errors, result.line()
+                rates[name].append(result.requests_per_s)
+                cpu_us[name].append(cpu_s / result.requests * 1e6)
+                print(
+                    f"round {round_ + 1}: {name:<12} {result.requests_per_s:8,.0f} req/s "
+                    f"{cpu_us[name][-1]:7.1f} us CPU/request",
+                    flush=True,
+                )
+    print()
+    base = "before" if baseline_src is not None else "off"
+    for name in variants:
+        # Per round, against the baseline of the same round; then the median of those.
+        rate_ratios = [v / b for v, b in zip(rates[name], rates[base], strict=True)]
+        cpu_ratios = [v / b for v, b in zip(cpu_us[name], cpu_us[base], strict=True)]
+        print(
+            f"{name:<12} throughput vs {base}: median {_median(rate_ratios):.3f} "
+            f"({min(rate_ratios):.3f} to {max(rate_ratios):.3f}); "
+            f"CPU/request {_median(cpu_us[name]):.1f} us, vs {base}: median "
+            f"{_median(cpu_ratios):.3f} ({min(cpu_ratios):.3f} to {max(cpu_ratios):.3f})"
+        )
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="per measurement")
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--quick", action="store_true", help="3 s runs, a smoke test")
+    parser.add_argument(
+        "--observability",
+        action="store_true",
+        help="only compare metrics and the request log on and off (see above)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="--observability rounds")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="--observability: also measure the checkout in this directory",
+    )
     args = parser.parse_args()
     seconds = 3.0 if args.quick else args.seconds
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install -y wrk")
+    if args.observability:
+        observability(seconds, args.connections, args.rounds, args.baseline_src)
+        return
 
     results: dict[str, Result] = {}
     fixed: dict[str, tuple[float, float, float, float]] = {}

@@ -120,7 +120,12 @@ def single_result(op: JSON, response: httpx.Response) -> JSON:
     media = response.headers["content-type"].split(";")[0].strip()
     expected_media = PROBLEM_JSON if response.status_code >= 400 else "application/json"
     assert media == expected_media, response.text
-    return {"op": op["op"], "status": response.status_code, "body": response.json()}
+    body = response.json()
+    if response.status_code >= 400:
+        # The id of the request that answered it: a batch's results are no requests of
+        # their own (the batch's id is in its X-Request-ID header).
+        assert body.pop("request_id") == response.headers["x-request-id"]
+    return {"op": op["op"], "status": response.status_code, "body": body}
 
 
 def with_prefix(ops: list[JSON], prefix: str) -> list[JSON]:

@@ -164,7 +164,7 @@ async def test_openapi_document_leaves_the_pages_out(
 ) -> None:
     client, _, _ = keyed
     paths = (await client.get("/openapi.json")).json()["paths"]
-    probes = {"/livez", "/readyz", "/healthz", "/version"}
+    probes = {"/livez", "/readyz", "/healthz", "/version", "/metrics"}
     assert all(p.startswith("/v1/") or p in probes for p in paths), sorted(paths)
     assert not [p for p in paths if p.startswith(("/docs", "/redoc"))], sorted(paths)
 

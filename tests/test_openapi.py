@@ -39,6 +39,7 @@ OPERATION_IDS = {
     "getAccountSettings",
     "getForecast",
     "streamEvents",
+    "getMetrics",
 }
 # getBalance is not here: reads are safe (SPEC section 3), a read before the clock is as-of.
 WITH_409 = {"grantCredits", "consumeCredits", "applyBatch", "voidGrant", "listLedgerEntries"}
@@ -125,6 +126,7 @@ def test_operations_are_at_their_paths(served: dict[str, Any]) -> None:
         "getAccountSettings": ("get", "/v1/accounts/{account_id}/settings"),
         "getForecast": ("get", "/v1/accounts/{account_id}/forecast"),
         "streamEvents": ("post", "/v1/events"),
+        "getMetrics": ("get", "/metrics"),
     }
 
 
@@ -158,6 +160,12 @@ def test_success_responses_are_json_with_a_schema(served: dict[str, Any]) -> Non
         if op["operationId"] == "streamEvents":  # NDJSON: bytes, each line a schema
             assert content["application/x-ndjson"]["x-ndjson-line"] == {
                 "$ref": "#/components/schemas/EventResultLine"
+            }
+            continue
+        if op["operationId"] == "getMetrics":  # Prometheus' text formats
+            assert set(content) == {
+                "text/plain; version=0.0.4; charset=utf-8",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
             }
             continue
         assert "$ref" in content["application/json"]["schema"], op["operationId"]
@@ -237,7 +245,8 @@ def test_other_documented_errors(served: dict[str, Any]) -> None:
             "getAccountSettings",
             "getForecast",
         }
-        assert ("404" in statuses) == reads_account, operation_id
+        metrics_off = operation_id == "getMetrics"  # GPU_CREDITS_METRICS=false
+        assert ("404" in statuses) == (reads_account or metrics_off), operation_id
         assert "503" in statuses, operation_id
 
 
@@ -289,9 +298,11 @@ def _refs(node: Any) -> Iterator[str]:
 
 
 def test_every_reference_resolves(served: dict[str, Any]) -> None:
-    schemas = served["components"]["schemas"]
+    components = served["components"]
     refs = set(_refs(served))
     assert refs
     for ref in refs:
-        assert ref.startswith("#/components/schemas/"), ref
-        assert ref.rsplit("/", 1)[1] in schemas, f"dangling reference {ref}"
+        # Schemas, and the X-Request-ID header every response carries.
+        assert ref.startswith(("#/components/schemas/", "#/components/headers/")), ref
+        kind, name = ref.split("/")[2:]
+        assert name in components[kind], f"dangling reference {ref}"

@@ -111,6 +111,9 @@ class EmbeddedPort:
         self._failure: str | None = None
         self._tenants = Tenants()
         self._live_grants = 0  # over every account held (Limits.max_live_grants)
+        # Debt outstanding over every account: kept up to date by each unit of work that
+        # commits (the difference it made to its accounts' debt), read by metrics.
+        self._debt = 0
 
     # -- lifecycle and health ------------------------------------------------------------
 
@@ -121,6 +124,7 @@ class EmbeddedPort:
             self._slots[account_id] = _Slot(state, counted=True)
             self._accounts += 1
             self._live_grants += state.tracker.live_grant_count
+            self._debt += state.tracker.debt
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         for record in loaded.idempotency:
@@ -148,6 +152,9 @@ class EmbeddedPort:
     async def schema_version(self) -> int | None:
         status = await self._store.migration_status()
         return status.current if status.known else None  # memory has no schema
+
+    async def outstanding_debt(self) -> int:
+        return self._debt
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         old = [k for k, p in self._keys.items() if p.record.created_at_s < min_created_at_s]
@@ -393,11 +400,17 @@ class EmbeddedPort:
             view = journal.read_balance(
                 account_id, timeline.current, timeline.watermark, timestamp, resource
             )
+            if isinstance(view, AsOfRead) and view.timestamp >= timeline.watermark:
+                # From the watermark on, the state at T can still change: the timeline holds
+                # it, so the figures are of the same moment as the watermark and ``final``
+                # (a history read after the lock could see a late write that committed
+                # meanwhile, with the watermark from before the write that let it in).
+                view = journal.as_of_view(view, *timeline.balance_at(view.timestamp, resource))
             fut = slot.durable
         await self._await_durable(fut)
         if isinstance(view, AsOfRead):
-            # From what is durable, without the lock: each storage read is one snapshot, so
-            # a late write committing meanwhile is seen whole or not at all.
+            # Before the watermark the state at T is final: what is durable, read without
+            # the lock, is the same in every later moment.
             return await as_of(self._store, view)
         return view
 
@@ -499,6 +512,7 @@ class _EmbeddedUnitOfWork:
         self._waits: list[asyncio.Future[None]] = []
         self._event_room: dict[str, int] = {}  # room taken for new event ids, by account
         self.committed: asyncio.Future[None] | None = None
+        self._debt_before = 0  # the accounts' debt when they were locked
 
     async def __aenter__(self) -> _EmbeddedUnitOfWork:
         try:
@@ -518,7 +532,11 @@ class _EmbeddedUnitOfWork:
         # Earlier changes of these accounts: nothing this unit answers may be read back
         # before they are durable.
         self._waits = [s.durable for s in self._slots.values() if s.durable is not None]
+        self._debt_before = self._debt()
         return self
+
+    def _debt(self) -> int:
+        return sum(slot.state.timeline.current.debt for slot in self._slots.values())
 
     async def __aexit__(
         self,
@@ -601,3 +619,4 @@ class _EmbeddedUnitOfWork:
                 self._event_room[account_id] -= 1  # used: held by the port from now on
         if changes:
             self.committed = self._port._submit(self._slots, changes, key)
+            self._port._debt += self._debt() - self._debt_before

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, TypeVar
 
 import asyncpg
@@ -34,7 +34,7 @@ from app.service.errors import (
     QuotaExceeded,
     ServiceUnavailable,
 )
-from app.service.history import as_of
+from app.service.history import MAX_REPLAYED_WRITES, as_of, replayed
 from app.service.idempotency import Idempotency
 from app.service.journal import (
     AccountState,
@@ -155,6 +155,10 @@ class PostgresPort:
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         keys = await self._pg.prune_idempotency(min_created_at_s)
         return keys + await self._pg.prune_event_ids(min_created_at_s)
+
+    async def outstanding_debt(self) -> int:
+        """From the database (every process's accounts), within the readiness timeout."""
+        return await asyncio.wait_for(self._pg.total_debt(), READY_TIMEOUT_S)
 
     def configure_tenants(
         self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]
@@ -279,7 +283,16 @@ class PostgresPort:
             watermark = self._watermark(row)
             view = journal.read_balance(account_id, tracker, watermark, timestamp, resource)
             if isinstance(view, AsOfRead):
-                return await self._read(as_of(self._pg, view))
+                # The history and the watermark from one snapshot (a late write may commit
+                # after the one above): the figures, watermark and ``final`` of one moment.
+                state, checkpoint, writes = await self._read(
+                    self._pg.read_replay_of_account(
+                        account_id, view.timestamp, MAX_REPLAYED_WRITES + 1
+                    )
+                )
+                if state is None:
+                    raise AccountNotFound(account_id)
+                return replayed(replace(view, watermark=self._watermark(state)), checkpoint, writes)
             return view
         if timestamp is None:
             state = await self._read(self._pg.read_account(account_id))
@@ -342,7 +355,7 @@ class PostgresPort:
             raise AccountNotFound(account_id)
         found = await self._read(self._pg.read_latest_entries(account_id, limit))
         # The watermark read first, as for a page: entries before it were final then.
-        return found, state.watermark
+        return found, self._watermark(state)
 
     async def accounts(self, prefix: str, after: str, limit: int) -> list[BalanceView]:
         """One committed snapshot of the account rows (placeholders of accounts being

@@ -28,7 +28,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from app.keys import KEY_ID_HEX_CHARS, KEY_PREFIX, KeyRecord, KeyRing, Scope, load_records
+from app.keys import (
+    KEY_ID_HEX_CHARS,
+    KEY_PREFIX,
+    KeyRecord,
+    KeyRing,
+    Scope,
+    load_records,
+    record_last_used,
+)
+from app.observe import NULL_OBSERVER, Observer
 
 log = logging.getLogger("app.auth")
 
@@ -107,12 +116,71 @@ class AuthFailureLog:
         )
 
 
+# A key's last use is noted at most this often (seconds): exact enough to tell a key in use
+# from a forgotten one, and one dictionary look-up per request otherwise.
+KEY_USE_RESOLUTION_S: Final = 60.0
+
+
+class KeyUsage:
+    """When each key was last used, noted in memory as keys authenticate and written to the
+    record of last use (``app.keys.record_last_used``) by ``save``, which the service calls
+    every few seconds in a worker thread and once at shutdown. A request never waits for it
+    and never fails because of it: a use is noted at most once per ``resolution_s`` per key
+    (later uses within that time change nothing), and what a crash loses is the uses noted
+    since the last save (a few seconds' worth)."""
+
+    def __init__(
+        self,
+        keys_path: Path,
+        resolution_s: float = KEY_USE_RESOLUTION_S,
+        wall_clock_s: Callable[[], float] = time.time,
+    ) -> None:
+        self._keys_path = keys_path
+        self._resolution_s = resolution_s
+        self._wall_clock_s = wall_clock_s
+        self._noted: dict[str, float] = {}  # the last use noted, per key
+        self._unsaved: dict[str, float] = {}
+        self._save_failed = False
+
+    def note(self, key_id: str) -> None:
+        now_s = self._wall_clock_s()
+        last_s = self._noted.get(key_id)
+        if last_s is not None and now_s - last_s < self._resolution_s:
+            return
+        self._noted[key_id] = now_s
+        self._unsaved[key_id] = now_s
+
+    def take_unsaved(self) -> dict[str, float]:
+        """The uses noted since the last call (on the event loop: no lock needed)."""
+        unsaved, self._unsaved = self._unsaved, {}
+        return unsaved
+
+    def give_back(self, unsaved: dict[str, float]) -> None:
+        """Uses a save could not write, kept for the next one."""
+        for key_id, at in unsaved.items():
+            self._unsaved[key_id] = max(at, self._unsaved.get(key_id, at))
+
+    def save(self, unsaved: dict[str, float], keep: set[str]) -> None:
+        """Write ``unsaved`` (from ``take_unsaved``) into the record; blocking file I/O, so
+        call it in a worker thread. Failures are logged (once until a save succeeds) and
+        raised for the caller to ``give_back``."""
+        try:
+            record_last_used(self._keys_path, unsaved, keep)
+        except Exception as exc:
+            if not self._save_failed:
+                log.warning("cannot record when API keys were last used: %s", exc)
+            self._save_failed = True
+            raise
+        self._save_failed = False
+
+
 class Authenticator:
     """The key ring in force, re-read when the key file changes (create or revoke a key and
     it takes effect within one poll, without a restart)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, observer: Observer = NULL_OBSERVER) -> None:
         self._path = path
+        self.observer = observer  # counts every failure (the log is capped; this is not)
         # (mtime in ns, inode, size): what tells that the key file changed.
         self._file_identity: tuple[int, int, int] | None = None
         self.ring = KeyRing([])
@@ -121,6 +189,7 @@ class Authenticator:
         # let everyone in.
         self._required = False
         self.failures = AuthFailureLog()
+        self.usage = KeyUsage(path)
         self.reload_if_changed()
 
     @property
@@ -158,16 +227,20 @@ def authenticate(
     if not auth.enabled:
         return None
     if authorization is None:
+        auth.observer.auth_failed("missing")
         auth.failures.record("no Authorization header", authorization, client)
         raise Unauthenticated("an API key is required: Authorization: Bearer <key>")
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
+        auth.observer.auth_failed("malformed")
         auth.failures.record("not a Bearer token", authorization, client)
         raise Unauthenticated("the Authorization header must be: Bearer <key>")
     record = auth.ring.authenticate(token.strip())
     if record is None:
+        auth.observer.auth_failed("invalid")
         auth.failures.record("unknown or revoked key, or wrong secret", authorization, client)
         raise Unauthenticated("the API key is not valid")
+    auth.usage.note(record.key_id)
     return record
 
 

@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute
 
 from app.api.auth import SECURITY_SCHEME, SECURITY_SCHEME_NAME
 from app.api.problems import PROBLEM_MEDIA_TYPE
+from app.api.requests import MAX_REQUEST_ID_CHARS
 from app.api.routing import is_public
 from app.api.schemas import EventLine, EventResultLine
 
@@ -32,6 +33,25 @@ _EVERYWHERE = {
     "414": "URL longer than the limit.",
     "431": "Request headers larger than the limit.",
     "503": "Overloaded, storage failed, or the database is unreachable; retry later.",
+}
+
+
+REQUEST_ID_NAME = "RequestId"
+_REQUEST_ID_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_REQUEST_ID_CHARS,
+    "pattern": f"^[\\x21-\\x7e]{{1,{MAX_REQUEST_ID_CHARS}}}$",
+}
+# Documented on every response. A request may send X-Request-ID too, but it is not declared
+# as a parameter of every operation: a value that does not fit is replaced, never refused,
+# so it is no input a client must get right (the header's description says so).
+REQUEST_ID_HEADER = {
+    "description": "The request's id: the `X-Request-ID` the request was sent with if it was "
+    "one value of 1 to 128 visible ASCII characters (`!` to `~`), otherwise one the service "
+    "made (32 hexadecimal digits). Also a problem document's `request_id` and the request's "
+    "log line.",
+    "schema": _REQUEST_ID_SCHEMA,
 }
 
 
@@ -61,11 +81,16 @@ def build_openapi(app: FastAPI, api_routes: Sequence[BaseRoute]) -> dict[str, An
                 operation = doc["paths"][route.path_format][method.lower()]
                 operation["security"] = [{SECURITY_SCHEME_NAME: []}]
     problem = {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    # X-Request-ID on every response (app.api.requests).
+    components.setdefault("headers", {})[REQUEST_ID_NAME] = REQUEST_ID_HEADER
+    request_id_header = {"$ref": f"#/components/headers/{REQUEST_ID_NAME}"}
     for path_item in doc.get("paths", {}).values():
         for operation in path_item.values():
             responses = operation.setdefault("responses", {})
             for status, description in _EVERYWHERE.items():
                 responses.setdefault(status, {"description": description, "content": problem})
+            for response in responses.values():
+                response.setdefault("headers", {})["X-Request-ID"] = request_id_header
             operation["responses"] = dict(sorted(responses.items()))
     schemas = components.get("schemas", {})
     for name in _UNUSED_SCHEMAS:

@@ -28,6 +28,7 @@ from app.domain import (
     TimestampRegression,
     TotalOverflow,
 )
+from app.logs import REQUEST_ID
 from app.service.errors import (
     AccountLimit,
     AccountNotFound,
@@ -104,7 +105,13 @@ def problem_response(
     # A detail can quote the caller's input; keep it encodable whatever that input was.
     detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
     body = Problem(
-        type=kind.uri, title=kind.title, status=status or kind.status, detail=detail, **extra
+        type=kind.uri,
+        title=kind.title,
+        status=status or kind.status,
+        detail=detail,
+        # The request's id, as in its X-Request-ID header and its log line (app.api.requests).
+        request_id=REQUEST_ID.get(),
+        **extra,
     )
     return JSONResponse(
         body.model_dump(mode="json", exclude_none=True),
@@ -188,6 +195,15 @@ def describe(exc: Exception) -> Described:
     return Described(INTERNAL, "the server could not complete the request", {})
 
 
+class Disabled(Exception):
+    """A feature this service was configured without (``GET /metrics`` with metrics off):
+    404, like a route that does not exist, with the reason."""
+
+
+def _disabled(request: Request, exc: Exception) -> JSONResponse:
+    return problem_response(NOT_FOUND, str(exc))
+
+
 def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     d = describe(exc)
     return problem_response(d.kind, d.detail, d.headers, **d.extra)
@@ -208,6 +224,11 @@ def _auth_error(request: Request, exc: Exception) -> JSONResponse:
         return problem_response(
             UNAUTHENTICATED, str(exc), headers={"WWW-Authenticate": 'Bearer realm="gpu-credits"'}
         )
+    # 401s are counted where they are found (app.api.auth.authenticate); 403s here, the one
+    # place every Forbidden ends up.
+    observer = getattr(request.app.state, "observer", None)
+    if observer is not None:
+        observer.auth_failed("forbidden")
     return problem_response(FORBIDDEN, str(exc))
 
 
@@ -287,6 +308,7 @@ def install(
     for storage_error in errors:
         app.add_exception_handler(storage_error, _storage_error)
     app.add_exception_handler(AuthError, _auth_error)
+    app.add_exception_handler(Disabled, _disabled)
     app.add_exception_handler(UnsupportedMediaType, _media_type_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

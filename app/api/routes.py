@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response
+from prometheus_client.exposition import choose_encoder
 
 from app.api import render
-from app.api.auth import Forbidden, authorize, visible_prefix
+from app.api.auth import (
+    SECURITY_SCHEME_NAME,
+    Authenticator,
+    Forbidden,
+    authenticate,
+    authorize,
+    visible_prefix,
+)
 from app.api.docs import (
     BATCH_EXAMPLES,
     CONSUME_EXAMPLES,
@@ -37,7 +46,7 @@ from app.api.idempotent import (
     idempotency_of,
     replayed,
 )
-from app.api.problems import ProblemType, describe, documented, problem_response
+from app.api.problems import Disabled, ProblemType, describe, documented, problem_response
 from app.api.routing import ANY_SCOPE, LedgerRoute, UnsupportedMediaType, public, requires
 from app.api.schemas import (
     ACCOUNT_ID_MAX_CHARS,
@@ -74,6 +83,7 @@ from app.api.schemas import (
 )
 from app.domain import MAX_CLASS_NAME_LENGTH, MAX_VALUE
 from app.keys import Scope
+from app.metrics import Metrics
 from app.service.commands import BalanceOp, ConsumeOp, GrantOp, Operation, VoidOp
 from app.service.errors import ServiceUnavailable
 from app.service.idempotency import batch_scope
@@ -81,6 +91,7 @@ from app.service.journal import Label
 from app.service.ledger import Ledger, Replay
 
 router = APIRouter(route_class=LedgerRoute)
+log = logging.getLogger("app.api")
 
 
 def _ledger(request: Request) -> Ledger:
@@ -570,6 +581,85 @@ async def version(request: Request) -> Any:
     about = request.app.state.about
     assert isinstance(about, About)
     return dataclasses.asdict(about)
+
+
+# -- metrics ------------------------------------------------------------------------------
+
+METRICS_MEDIA_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@router.get(
+    "/metrics",
+    operation_id="getMetrics",
+    summary="Prometheus metrics of this process",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Prometheus text exposition format (OpenMetrics when the `Accept` "
+            "header asks for `application/openmetrics-text`).",
+            "content": {
+                METRICS_MEDIA_TYPE: {"schema": {"type": "string"}},
+                "application/openmetrics-text; version=1.0.0; charset=utf-8": {
+                    "schema": {"type": "string"}
+                },
+            },
+        },
+        401: {
+            "model": Problem,
+            "description": "Missing or unknown API key (when keys are configured and "
+            "GPU_CREDITS_METRICS_PUBLIC is false, the default).",
+        },
+        403: {
+            "model": Problem,
+            "description": "The API key lacks the scope metrics:read, or is limited to an "
+            "account prefix (metrics are over every account).",
+        },
+        404: {"model": Problem, "description": "Metrics are off (GPU_CREDITS_METRICS=false)."},
+    },
+    tags=["operations"],
+    # An API key with metrics:read, or none when GPU_CREDITS_METRICS_PUBLIC is true.
+    openapi_extra={"security": [{SECURITY_SCHEME_NAME: []}, {}]},
+)
+@public
+async def metrics(request: Request) -> Response:
+    """Counters and histograms of this process, for Prometheus: requests by route template,
+    method and status with their latency; ledger operations by kind and result; credits
+    granted, consumed, expired and voided; debt outstanding; idempotent replays;
+    authentication failures; storage commit latency and group sizes; batch sizes; late
+    writes and restatements. No label holds an account id. Needs an API key with the scope
+    `metrics:read` and no account prefix, unless GPU_CREDITS_METRICS_PUBLIC is true. Each
+    process answers for itself (see README, Metrics)."""
+    found = request.app.state.metrics
+    if found is None:
+        raise Disabled("metrics are off in this service (GPU_CREDITS_METRICS=false)")
+    assert isinstance(found, Metrics)
+    if not request.app.state.metrics_public:
+        _authorize_metrics(request)
+    try:
+        found.debt = await _ledger(request).outstanding_debt()
+    except Exception as exc:  # the database is down: the other metrics still answer
+        log.warning("debt outstanding not read for /metrics: %s", exc)
+        found.debt = None
+    encoder, media_type = choose_encoder(request.headers.get("accept", ""))
+    return Response(encoder(found.registry), media_type=media_type)
+
+
+def _authorize_metrics(request: Request) -> None:
+    """What ``LedgerRoute`` does for a scope, here because it depends on a setting."""
+    auth = request.app.state.authenticator
+    assert isinstance(auth, Authenticator)
+    peer = request.client
+    key = authenticate(
+        auth,
+        request.headers.get("authorization"),
+        f"{peer.host}:{peer.port}" if peer else "unknown",
+    )
+    authorize(key, Scope.METRICS, None)
+    if key is not None and key.account_prefix:
+        raise Forbidden(
+            "metrics are over every account: a key limited to an account prefix may not read them"
+        )
+    request.scope.setdefault("state", {})["api_key"] = key
 
 
 # -- batches ------------------------------------------------------------------------------

@@ -774,6 +774,19 @@ class Problem(BaseModel):
     status: int
     detail: str
     instance: str | None = None
+    request_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        description=(
+            "The request's id: the `X-Request-ID` it was sent with (1 to 128 visible ASCII "
+            "characters) or one the service made, as in the answer's `X-Request-ID` header "
+            "and the request's log line. On every problem document answered to a request; "
+            "absent only on the few the HTTP layer writes before a request is complete "
+            "(400 malformed HTTP, 408 headers too slow, 414, 431, 429, 503 at the "
+            "connection limit), and inside batch results."
+        ),
+    )
     errors: list[ValidationIssue] | None = Field(
         None, description="For validation problems: each offending field."
     )

@@ -43,6 +43,16 @@ async def as_of(history: History, read: AsOfRead) -> BalanceView:
         available, debt = await history.read_totals_at(account_id, timestamp)
         return as_of_view(read, available, debt)
     checkpoint, writes = await history.read_replay(account_id, timestamp, MAX_REPLAYED_WRITES + 1)
+    return replayed(read, checkpoint, writes)
+
+
+def replayed(
+    read: AsOfRead, checkpoint: Checkpoint | None, writes: list[WriteEntry]
+) -> BalanceView:
+    """A class's as-of state: ``checkpoint`` and the stored ``writes`` after it up to
+    ``read.timestamp`` (at most ``MAX_REPLAYED_WRITES`` of them, else refused), replayed."""
+    resource, timestamp = read.resource, read.timestamp
+    assert resource is not None, "totals come from one entry"
     if len(writes) > MAX_REPLAYED_WRITES:
         raise ClassAsOfUnsupported(
             resource,

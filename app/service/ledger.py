@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from app.domain import LedgerError, NoLiveRoom
 from app.domain.timeline import AccountTimeline
+from app.observe import NULL_OBSERVER, Observer, OperationKind, outcome_of
 from app.quotas import Quota
 from app.service import journal
 from app.service.commands import (
@@ -79,11 +80,13 @@ class Ledger:
         encode: Encoder,
         limits: Limits | None = None,
         wall_clock_s: Callable[[], float] = time.time,
+        observer: Observer = NULL_OBSERVER,
     ) -> None:
         self._port = port
         self._encode = encode
         self._limits = limits or Limits()
         self._wall_clock_s = wall_clock_s
+        self._observer = observer
 
     @property
     def port(self) -> LedgerPort:
@@ -127,6 +130,10 @@ class Ledger:
     ) -> None:
         self._port.configure_tenants(quotas, prefix_of_key)
 
+    async def outstanding_debt(self) -> int:
+        """The debt outstanding over every account, at each account's clock."""
+        return await self._port.outstanding_debt()
+
     # -- writes ----------------------------------------------------------------------------
 
     async def grant(
@@ -142,7 +149,7 @@ class Ledger:
         def apply(uow: UnitOfWork, account: AccountState) -> tuple[Change, GrantReceipt]:
             return self._grant(uow, account, amount, timestamp, expiry, label, resources)
 
-        return await self._write(account_id, idempotency, apply)
+        return await self._write("grant", account_id, idempotency, apply)
 
     async def consume(
         self,
@@ -155,7 +162,7 @@ class Ledger:
         def apply(uow: UnitOfWork, account: AccountState) -> tuple[Change, ConsumptionReceipt]:
             return self._consume(uow, account, amount, timestamp, resource)
 
-        return await self._write(account_id, idempotency, apply)
+        return await self._write("consume", account_id, idempotency, apply)
 
     async def consume_dry_run(
         self, account_id: str, amount: int, timestamp: int, resource: str | None = None
@@ -176,6 +183,7 @@ class Ledger:
 
     async def _write(
         self,
+        kind: OperationKind,
         account_id: str,
         idempotency: Idempotency | None,
         apply: Callable[[UnitOfWork, AccountState], tuple[Change, _R]],
@@ -183,17 +191,23 @@ class Ledger:
         """One write: a grant or consumption on an unknown account creates it; if the
         operation is refused, the new account is forgotten, so a failed request leaves no
         trace."""
-        self._check_serving()
-        async with self._port.unit_of_work([account_id]) as uow:
-            key: IdempotencyRecord | None = None
-            replay = await _replay(uow, account_id, idempotency)
-            if replay is not None:
-                return replay
-            account = uow.account(account_id) or uow.create(account_id)
-            change, receipt = apply(uow, account)
-            if idempotency is not None:
-                key = self._key_record(account_id, idempotency, self._encode(receipt))
-            await uow.commit([change], key)
+        try:
+            self._check_serving()
+            async with self._port.unit_of_work([account_id]) as uow:
+                key: IdempotencyRecord | None = None
+                replay = await _replay(uow, account_id, idempotency)
+                if replay is not None:
+                    self._observer.replayed(kind)
+                    return replay
+                account = uow.account(account_id) or uow.create(account_id)
+                change, receipt = apply(uow, account)
+                if idempotency is not None:
+                    key = self._key_record(account_id, idempotency, self._encode(receipt))
+                await uow.commit([change], key)
+        except (LedgerError, ServiceError) as exc:
+            self._observer.not_done(kind, outcome_of(exc))
+            raise
+        self._observer.wrote(kind, receipt, change)
         return receipt
 
     async def void(
@@ -206,20 +220,26 @@ class Ledger:
         """Void a grant (SPEC section 7): its live remainder is removed at ``timestamp``; what
         it already paid or settled stays. A write like any other (clock, idempotency). An
         unknown account or grant is 404; it creates nothing."""
-        self._check_serving()
-        async with self._port.unit_of_work([account_id]) as uow:
-            replay = await _replay(uow, account_id, idempotency)
-            if replay is not None:
-                return replay
-            account = uow.account(account_id)
-            if account is None:
-                raise AccountNotFound(account_id)
-            grant, voided = await _grant_record(uow, account, grant_id)
-            change, receipt = self._void(uow, account, grant_id, timestamp, grant, voided)
-            key = None
-            if idempotency is not None:
-                key = self._key_record(account_id, idempotency, self._encode(receipt))
-            await uow.commit([change], key)
+        try:
+            self._check_serving()
+            async with self._port.unit_of_work([account_id]) as uow:
+                replay = await _replay(uow, account_id, idempotency)
+                if replay is not None:
+                    self._observer.replayed("void")
+                    return replay
+                account = uow.account(account_id)
+                if account is None:
+                    raise AccountNotFound(account_id)
+                grant, voided = await _grant_record(uow, account, grant_id)
+                change, receipt = self._void(uow, account, grant_id, timestamp, grant, voided)
+                key = None
+                if idempotency is not None:
+                    key = self._key_record(account_id, idempotency, self._encode(receipt))
+                await uow.commit([change], key)
+        except (LedgerError, ServiceError) as exc:
+            self._observer.not_done("void", outcome_of(exc))
+            raise
+        self._observer.wrote("void", receipt, change)
         return receipt
 
     async def set_lateness_window(self, account_id: str, window: int | None) -> AccountSettings:
@@ -263,6 +283,7 @@ class Ledger:
             scope = idempotency.scope if idempotency is not None else BATCH_SCOPE
             replay = await _replay(uow, scope, idempotency)
             if replay is not None:
+                self._observer.replayed("batch")
                 return replay
             held = {a: s for a in account_ids if (s := uow.account(a)) is not None}
             baselines = await _balance_baselines(operations, held, uow.history)
@@ -275,6 +296,7 @@ class Ledger:
                 # a retry runs it again, and it stores nothing.
                 key = self._key_record(scope, idempotency, self._encode(outcome))
             await uow.commit(changes, key)
+        self._observer.batch(operations, outcome, changes)
         return outcome
 
     async def events(
@@ -515,8 +537,14 @@ class Ledger:
         """At or after the account's clock, the projected state (credits expiring by then no
         longer count); before it, the as-of state from the stored history; None: the state
         at the clock. Unknown accounts are 404 and are not created."""
-        self._check_serving()
-        return await self._port.balance(account_id, timestamp, resource)
+        try:
+            self._check_serving()
+            view = await self._port.balance(account_id, timestamp, resource)
+        except (LedgerError, ServiceError) as exc:
+            self._observer.not_done("balance", outcome_of(exc))
+            raise
+        self._observer.read("balance")
+        return view
 
     async def live_grants(
         self, account_id: str, resource: str | None = None

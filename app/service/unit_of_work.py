@@ -130,6 +130,10 @@ class LedgerPort(Protocol):
         ``min_created_at_s``; how many."""
         ...
 
+    async def outstanding_debt(self) -> int:
+        """The debt outstanding over every account (what metrics show)."""
+        ...
+
     def configure_tenants(
         self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]
     ) -> None:

@@ -8,10 +8,17 @@ mypy checks that each backend fits its protocols (``_fits`` below).
 
 from __future__ import annotations
 
+import contextlib
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from app.storage.base import EmbeddedJournal, StorageBackend, TransactionalStore
+from app.storage.base import (
+    EmbeddedJournal,
+    SnapshotError,
+    SnapshotReader,
+    StorageBackend,
+    TransactionalStore,
+)
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -46,6 +53,20 @@ def open_store(settings: Settings) -> EmbeddedJournal | PostgresStore:
         url = settings.database_url_value()
         return PostgresStore(url, settings.pg_min_connections, settings.pg_max_connections)
     raise ValueError(f"unknown storage backend {kind!r}")
+
+
+def open_snapshot(settings: Settings) -> contextlib.AbstractAsyncContextManager[SnapshotReader]:
+    """An offline reader of the database the settings name (``SnapshotReader``), to use in
+    ``async with``; ``SnapshotError`` when there is none to read (memory keeps nothing)."""
+    if settings.storage == "sqlite":
+        from app.storage.sqlite import SqliteSnapshot
+
+        return SqliteSnapshot(settings.sqlite_path)
+    if settings.storage == "postgres":
+        from app.storage.postgres import PostgresSnapshot
+
+        return PostgresSnapshot(settings.database_url_value(), location(settings))
+    raise SnapshotError(f"storage={settings.storage} keeps nothing once its process ends")
 
 
 def location(settings: Settings) -> str:

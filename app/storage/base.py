@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Final, Literal, Protocol, runtime_checkable
 
 from app.domain import Allocation, Debt, LiveGrant, TrackerState
+from app.observe import Observer
 
 # Grant ids one read_grant_entries call takes: one SQL statement's parameters stay bounded.
 MAX_GRANT_IDS_PER_READ: Final = 500
@@ -441,6 +442,9 @@ class EmbeddedJournal(StorageBackend, Protocol):
     # True when committed idempotency bodies can be read back with read_idempotency_body,
     # so the ledger need not keep them in memory.
     persists_idempotency_bodies: bool
+    # Told of each commit (``Observer.committed``); a store without commits (memory) never
+    # calls it.
+    observer: Observer
 
     def submit(self, changes: Sequence[Change]) -> asyncio.Future[None]:
         """Queue ``changes``; the future completes when they are durable, in order, all or
@@ -536,6 +540,43 @@ class TransactionalStore(StorageBackend, Protocol):
         self, account_id: str
     ) -> tuple[AccountState | None, list[LiveGrant]]:
         """The account and its live grants in consumption order, from one snapshot."""
+        ...
+
+
+class SnapshotError(Exception):
+    """An offline reader cannot read the database: it does not exist, is not one, cannot be
+    reached, or its schema is not the one this release reads. The message is one line."""
+
+
+class SnapshotReader(Protocol):
+    """A database read offline, from one snapshot (``gpu-credits check`` and ``export``): it
+    takes no lock, writes nothing and applies no migration, so it can read a database a
+    service is using, and everything it reads is from one moment."""
+
+    where: str  # what it reads, fit to print (no password)
+
+    async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
+        """As ``StorageBackend.read_accounts``."""
+        ...
+
+    async def read_account_state(self, account_id: str) -> LoadedAccount | None:
+        """As ``StorageBackend.read_account_state``."""
+        ...
+
+    async def read_entries(
+        self, account_id: str, after: Position | None, limit: int
+    ) -> list[Entry]:
+        """As ``StorageBackend.read_entries``."""
+        ...
+
+    async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
+        """As ``StorageBackend.read_checkpoint``."""
+        ...
+
+    async def integrity_problems(self) -> list[str]:
+        """What the database itself can tell is wrong, beyond any one account: the engine's
+        own consistency check, rows of accounts that have no account row, counters and
+        totals kept apart from the rows they count. Empty when nothing is."""
         ...
 
 

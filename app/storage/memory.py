@@ -21,6 +21,7 @@ import logging
 from collections.abc import Sequence
 
 from app.domain import LiveGrant, TrackerState
+from app.observe import NULL_OBSERVER, Observer
 from app.storage import rows
 from app.storage.base import (
     ACCOUNT_ID_END,
@@ -55,6 +56,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._forget()
+        self.observer: Observer = NULL_OBSERVER  # never told anything: nothing to commit
 
     def _forget(self) -> None:
         self._entries: dict[str, _Ledger] = {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from app.storage.base import MigrationStatus, SchemaTooNew
+from app.storage.base import MigrationStatus, SchemaTooNew, SnapshotError
 
 Migration = tuple[int, str]
 
@@ -36,3 +36,19 @@ def plan(applied: Collection[int], migrations: Sequence[Migration]) -> list[Migr
             f"({max(now.known)}): upgrade the service"
         )
     return [m for m in migrations if m[0] in now.pending]
+
+
+def require_current(status: MigrationStatus, where: str) -> None:
+    """Offline reads (``SnapshotReader``) understand the schema this release writes and only
+    that one; they never migrate."""
+    if status.newer_than_known:
+        raise SnapshotError(
+            f"{where}: schema version {status.current} is newer than this release knows "
+            f"({max(status.known)}): upgrade gpu-credits"
+        )
+    if status.pending:
+        raise SnapshotError(
+            f"{where}: schema version {status.current}, this release reads "
+            f"{max(status.known)}: run `gpu-credits migrate` first (or start the service, "
+            "which migrates)"
+        )

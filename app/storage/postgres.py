@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final, TypeAlias
 
@@ -32,6 +33,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from app.domain import LiveGrant, TrackerState
+from app.observe import NULL_OBSERVER, Observer
 from app.storage import migrations, rows
 from app.storage.base import (
     ACCOUNT_ID_END,
@@ -50,6 +52,7 @@ from app.storage.base import (
     LoadedState,
     MigrationStatus,
     Position,
+    SnapshotError,
     StorageError,
     VoidEntry,
     WriteEntry,
@@ -519,6 +522,8 @@ class PostgresStore:
         self._min = min_connections
         self._max = max_connections
         self._pool: asyncpg.Pool[Any] | None = None
+        # Told of each COMMIT and how long it took (a transaction is one unit of work).
+        self.observer: Observer = NULL_OBSERVER
 
     @property
     def pool(self) -> asyncpg.Pool[Any]:
@@ -582,7 +587,9 @@ class PostgresStore:
                     except Exception as exc:  # the block's own error is the answer
                         _log_dropped("rollback failed", exc)
                 raise
+            started_s = time.perf_counter()
             await _commit(tx)
+            self.observer.committed(time.perf_counter() - started_s, 1)
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[Connection]:
@@ -601,6 +608,13 @@ class PostgresStore:
     async def ping(self) -> None:
         async with self._connection() as conn:
             await conn.fetchval("SELECT 1")
+
+    async def total_debt(self) -> int:
+        """The debt of every account (a scan of ``accounts``: metrics read it once a scrape,
+        not per request)."""
+        async with self._connection() as conn:
+            total = await conn.fetchval("SELECT coalesce(sum(debt), 0) FROM accounts")
+        return int(total)
 
     @contextlib.asynccontextmanager
     async def _any_connection(self) -> AsyncIterator[Connection]:
@@ -662,8 +676,12 @@ class PostgresStore:
     ) -> tuple[AccountState, tuple[int, int]] | None:
         """The account and its (available, debt) at ``timestamp``, changing nothing: the
         projection from its live grants at or after its clock, the stored history before
-        it. None for an unknown account."""
-        async with self._connection() as conn:
+        it. None for an unknown account. One snapshot: a late write restates entries before
+        the clock, so the figures must be of the moment the row (its watermark) is of."""
+        async with (
+            self._connection() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
             row = await conn.fetchrow(
                 f"SELECT {_ACCOUNT_COLUMNS}, (SELECT coalesce(sum(remaining), 0) "
                 "FROM live_grants g WHERE g.account_id = a.account_id AND g.expiry <= $2) "
@@ -677,8 +695,6 @@ class PostgresStore:
             state = _state(row)
             if timestamp >= state.clock:
                 return state, (state.available - int(row["expiring"]), state.debt)
-            # Entries at or before a time the clock has passed never change: no snapshot
-            # is needed across the two statements.
             totals = await conn.fetchrow(_TOTALS_AT, account_id, timestamp)
         return state, (0, 0) if totals is None else (totals["available"], totals["debt"])
 
@@ -747,6 +763,25 @@ class PostgresStore:
             checkpoint = await _read_checkpoint(conn, account_id, timestamp)
             after = None if checkpoint is None else checkpoint.position
             return checkpoint, await _read_writes(conn, account_id, after, timestamp, limit)
+
+    async def read_replay_of_account(
+        self, account_id: str, timestamp: int, limit: int
+    ) -> tuple[AccountState | None, Checkpoint | None, list[WriteEntry]]:
+        """``read_replay`` and the account's row (None: unknown) from one snapshot, so an
+        as-of read answers with the watermark of the moment its figures are of."""
+        async with (
+            self._connection() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            row = await conn.fetchrow(
+                f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE account_id = $1", account_id
+            )
+            if row is None:
+                return None, None, []
+            checkpoint = await _read_checkpoint(conn, account_id, timestamp)
+            after = None if checkpoint is None else checkpoint.position
+            writes = await _read_writes(conn, account_id, after, timestamp, limit)
+            return _state(row), checkpoint, writes
 
     async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
         async with self._connection() as conn:
@@ -966,3 +1001,142 @@ async def _grant_record(
     assert grant is None or isinstance(grant, GrantEntry)
     assert void is None or isinstance(void, VoidEntry)
     return grant, void
+
+
+def _row_of(state: AccountState) -> AccountRow:
+    return AccountRow(
+        state.account_id,
+        state.clock,
+        state.debt,
+        state.next_grant_id,
+        state.next_sequence,
+        state.debts,
+        state.watermark,
+        state.lateness_window,
+        state.folded_since_checkpoint,
+    )
+
+
+class PostgresSnapshot:
+    """A ``SnapshotReader`` over PostgreSQL: one connection of its own in one REPEATABLE
+    READ, READ ONLY transaction, so every read sees the database as of its first statement
+    while services go on writing. It refuses a schema this release does not write."""
+
+    def __init__(self, url: str, where: str) -> None:
+        self._url = url
+        self.where = where
+        self._conn: asyncpg.Connection[Any] | None = None
+        self._tx: asyncpg.transaction.Transaction | None = None
+
+    async def __aenter__(self) -> PostgresSnapshot:
+        try:
+            conn = await asyncpg.connect(self._url, timeout=10)
+        except Exception as exc:  # refused, unreachable, a bad URL or password: all one line
+            raise SnapshotError(f"cannot connect to {self.where}: {exc}") from None
+        try:
+            migrations.require_current(await migration_status(conn), self.where)
+            self._tx = conn.transaction(isolation="repeatable_read", readonly=True)
+            await self._tx.start()
+            await conn.fetchval("SELECT count(*) FROM accounts")  # the snapshot starts here
+        except DRIVER_ERRORS as exc:
+            await conn.close()
+            raise SnapshotError(f"cannot read {self.where}: {exc}") from None
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn = conn
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._conn is not None:
+            await self._conn.close()  # ends the read-only transaction
+            self._conn = None
+
+    @property
+    def _connection(self) -> asyncpg.Connection[Any]:
+        assert self._conn is not None, "snapshot is not open"
+        return self._conn
+
+    async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
+        found = await self._connection.fetch(
+            ACCOUNTS_RANGE, after, prefix, prefix + ACCOUNT_ID_END, limit
+        )
+        return [_row_of(_state(row)) for row in found]
+
+    async def read_account_state(self, account_id: str) -> LoadedAccount | None:
+        conn = self._connection
+        row = await conn.fetchrow(
+            f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE account_id = $1", account_id
+        )
+        if row is None:
+            return None
+        state = _state(row)
+        live_grants = tuple(
+            LiveGrant(
+                r["grant_id"],
+                r["expiry"],
+                r["remaining"],
+                rows.classes_of(r["resources"]),
+                r["granted_at"],
+            )
+            for r in await conn.fetch(
+                "SELECT grant_id, expiry, remaining, resources, granted_at FROM live_grants "
+                "WHERE account_id = $1 ORDER BY grant_id",
+                account_id,
+            )
+        )
+        tracker_state = TrackerState(
+            state.clock, state.debt, state.next_grant_id, live_grants, state.debts
+        )
+        event_time = await _event_time(conn, state)
+        return LoadedAccount(
+            tracker_state,
+            state.next_sequence,
+            state.watermark,
+            state.lateness_window,
+            state.folded_since_checkpoint,
+            event_time.checkpoint,
+            event_time.writes_since_checkpoint,
+            event_time.provisional_entries,
+        )
+
+    async def read_entries(
+        self, account_id: str, after: Position | None, limit: int
+    ) -> list[Entry]:
+        start = after if after is not None else _BEFORE_EVERY_POSITION
+        found = await self._connection.fetch(_ENTRIES_AFTER, account_id, *start, limit)
+        return [_entry(r) for r in found]
+
+    async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
+        return await _read_checkpoint(self._connection, account_id, timestamp)
+
+    async def integrity_problems(self) -> list[str]:
+        conn = self._connection
+        problems: list[str] = []
+        counted = await conn.fetchval("SELECT n FROM account_count")
+        existing = await conn.fetchval("SELECT count(*) FROM accounts WHERE version > 0")
+        if counted != existing:
+            problems.append(f"account_count says {counted} accounts, accounts holds {existing}")
+        placeholders = await conn.fetchval("SELECT count(*) FROM accounts WHERE version = 0")
+        if placeholders:
+            problems.append(f"{placeholders} placeholder account rows (version 0) were committed")
+        wrong = await conn.fetch(
+            "SELECT account_id, available, (SELECT coalesce(sum(remaining), 0) FROM live_grants g "
+            "WHERE g.account_id = a.account_id) AS live FROM accounts a "
+            "WHERE available <> (SELECT coalesce(sum(remaining), 0) FROM live_grants g "
+            "WHERE g.account_id = a.account_id) ORDER BY account_id LIMIT 5"
+        )
+        for row in wrong:
+            problems.append(
+                f"account {row['account_id']!r}: accounts.available is {row['available']} but "
+                f"its live grants hold {row['live']}"
+            )
+        for table in ("live_grants", "entries", "checkpoints"):
+            orphans = await conn.fetch(
+                f"SELECT DISTINCT account_id FROM {table} t WHERE NOT EXISTS "
+                "(SELECT 1 FROM accounts a WHERE a.account_id = t.account_id) LIMIT 5"
+            )
+            if orphans:
+                names = ", ".join(repr(r["account_id"]) for r in orphans)
+                problems.append(f"{table} rows of accounts that have no account row: {names}")
+        return problems

@@ -39,18 +39,22 @@ Why it is shaped this way:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import fcntl
 import json
 import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
 from app.domain import LiveGrant, TrackerState
+from app.observe import NULL_OBSERVER, Observer
 from app.storage import migrations, rows
 from app.storage.base import (
     ACCOUNT_ID_END,
@@ -68,6 +72,7 @@ from app.storage.base import (
     LoadedState,
     MigrationStatus,
     Position,
+    SnapshotError,
     StorageError,
     VoidEntry,
     WriteEntry,
@@ -396,6 +401,56 @@ def _loaded_account(
     return loaded
 
 
+@contextlib.contextmanager
+def _one_snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+    """Run the block's statements in one read transaction (one snapshot), or in the one the
+    connection is already in (``SqliteSnapshot`` holds one for its whole life)."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
+
+
+def _read_entries(
+    conn: sqlite3.Connection | None, account_id: str, after: Position | None, limit: int
+) -> list[Entry]:
+    assert conn is not None, "store is not open"
+    start = after if after is not None else _BEFORE_EVERY_POSITION
+    found = conn.execute(_ENTRIES_AFTER, (account_id, *start, limit)).fetchall()
+    return [_entry_from_row(r) for r in found]
+
+
+def _read_accounts(
+    conn: sqlite3.Connection | None, prefix: str, after: str, limit: int
+) -> list[AccountRow]:
+    assert conn is not None, "store is not open"
+    found = conn.execute(ACCOUNTS_RANGE, (after, prefix, prefix + ACCOUNT_ID_END, limit)).fetchall()
+    return [rows.account_row(*values) for values in found]
+
+
+def _read_account_state(conn: sqlite3.Connection | None, account_id: str) -> LoadedAccount | None:
+    assert conn is not None, "store is not open"
+    with _one_snapshot(conn):  # one snapshot for every statement
+        values = conn.execute(
+            f"SELECT {_ACCOUNT_FIELDS} FROM accounts WHERE account_id = ?", (account_id,)
+        ).fetchone()
+        if values is None:
+            return None
+        live_grants = tuple(
+            LiveGrant(grant_id, expiry, remaining, rows.classes_of(resources), granted_at)
+            for grant_id, expiry, remaining, resources, granted_at in conn.execute(
+                "SELECT grant_id, expiry, remaining, resources, granted_at FROM live_grants "
+                "WHERE account_id = ? ORDER BY grant_id",
+                (account_id,),
+            )
+        )
+        return _loaded_account(conn, rows.account_row(*values), live_grants)
+
+
 def _statements(sql: str) -> list[str]:
     """The statements of a script, so that a migration runs inside our transaction
     (``executescript`` would commit first)."""
@@ -479,6 +534,8 @@ class SqliteStore:
         # (what, path, descriptor) of each file whose identity must stay the one at its path:
         # the database file (its descriptor also holds the flock) and the WAL.
         self._watched: list[tuple[str, str, int]] = []
+        # Told of each commit: how long it took and how many submissions it grouped.
+        self.observer: Observer = NULL_OBSERVER
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -712,7 +769,9 @@ class SqliteStore:
         self._queue.append((changes, fut))
         self._queued_changes += len(changes)
         if self._flusher is None or self._flusher.done():
-            self._flusher = loop.create_task(self._flush())
+            # A context of its own: the flusher serves every request that submits while it
+            # runs, not the one that happened to start it (whose request id it would log).
+            self._flusher = loop.create_task(self._flush(), context=contextvars.Context())
         return fut
 
     async def _flush(self) -> None:
@@ -720,6 +779,7 @@ class SqliteStore:
         while self._queue:
             group = self._take_group()
             changes = [c for chunk, _ in group for c in chunk]
+            started_s = time.perf_counter()
             try:
                 await loop.run_in_executor(self._writer, self._write, changes)
             except Exception as exc:  # any failure poisons the store: see module docstring
@@ -731,6 +791,7 @@ class SqliteStore:
                     if not fut.done():
                         fut.set_exception(failure)
                 return
+            self.observer.committed(time.perf_counter() - started_s, len(group))
             for _, fut in group:
                 if not fut.done():
                     fut.set_result(None)
@@ -802,11 +863,7 @@ class SqliteStore:
         )
 
     def _read_entries(self, account_id: str, after: Position | None, limit: int) -> list[Entry]:
-        conn = self._read_conn
-        assert conn is not None, "store is not open"
-        start = after if after is not None else _BEFORE_EVERY_POSITION
-        found = conn.execute(_ENTRIES_AFTER, (account_id, *start, limit)).fetchall()
-        return [_entry_from_row(r) for r in found]
+        return _read_entries(self._read_conn, account_id, after, limit)
 
     async def read_latest_entries(self, account_id: str, limit: int) -> list[Entry]:
         loop = asyncio.get_running_loop()
@@ -856,13 +913,10 @@ class SqliteStore:
     ) -> tuple[Checkpoint | None, list[WriteEntry]]:
         conn = self._read_conn
         assert conn is not None, "store is not open"
-        conn.execute("BEGIN")  # one snapshot for both statements
-        try:
+        with _one_snapshot(conn):  # one snapshot for both statements
             checkpoint = _read_checkpoint(conn, account_id, timestamp)
             after = None if checkpoint is None else checkpoint.position
             return checkpoint, _read_writes(conn, account_id, after, timestamp, limit)
-        finally:
-            conn.execute("COMMIT")
 
     async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
         loop = asyncio.get_running_loop()
@@ -934,12 +988,7 @@ class SqliteStore:
         return await loop.run_in_executor(self._reader, self._read_accounts, prefix, after, limit)
 
     def _read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
-        conn = self._read_conn
-        assert conn is not None, "store is not open"
-        found = conn.execute(
-            ACCOUNTS_RANGE, (after, prefix, prefix + ACCOUNT_ID_END, limit)
-        ).fetchall()
-        return [rows.account_row(*values) for values in found]
+        return _read_accounts(self._read_conn, prefix, after, limit)
 
     async def read_idempotency_body(self, scope: str, key: str) -> bytes | None:
         loop = asyncio.get_running_loop()
@@ -974,26 +1023,7 @@ class SqliteStore:
         return await loop.run_in_executor(self._reader, self._read_account_state, account_id)
 
     def _read_account_state(self, account_id: str) -> LoadedAccount | None:
-        conn = self._read_conn
-        assert conn is not None, "store is not open"
-        conn.execute("BEGIN")  # one snapshot for every statement
-        try:
-            values = conn.execute(
-                f"SELECT {_ACCOUNT_FIELDS} FROM accounts WHERE account_id = ?", (account_id,)
-            ).fetchone()
-            if values is None:
-                return None
-            live_grants = tuple(
-                LiveGrant(grant_id, expiry, remaining, rows.classes_of(resources), granted_at)
-                for grant_id, expiry, remaining, resources, granted_at in conn.execute(
-                    "SELECT grant_id, expiry, remaining, resources, granted_at FROM live_grants "
-                    "WHERE account_id = ? ORDER BY grant_id",
-                    (account_id,),
-                )
-            )
-            return _loaded_account(conn, rows.account_row(*values), live_grants)
-        finally:
-            conn.execute("COMMIT")
+        return _read_account_state(self._read_conn, account_id)
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
         loop = asyncio.get_running_loop()
@@ -1038,3 +1068,76 @@ class SqliteStore:
         assert conn is not None, "store is not open"
         cursor = conn.execute("DELETE FROM event_ids WHERE created_at_s < ?", (min_created_at_s,))
         return cursor.rowcount
+
+
+class SqliteSnapshot:
+    """A ``SnapshotReader`` over a SQLite file: a read-only connection (``mode=ro``) holding
+    one read transaction for its whole life. It takes no lock, so it reads a file a service
+    is using (WAL lets both go on; the WAL cannot be checkpointed past the snapshot
+    meanwhile, so it grows while a long check runs), and it refuses a file whose schema is
+    not the one this release writes (``gpu-credits migrate`` first)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self.where = f"sqlite {path}"
+        self._conn: sqlite3.Connection | None = None
+
+    async def __aenter__(self) -> SqliteSnapshot:
+        if not self._path.is_file():
+            raise SnapshotError(f"no SQLite database at {self._path}")
+        uri = f"{self._path.resolve().as_uri()}?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise SnapshotError(f"cannot open {self._path}: {exc}") from None
+        try:
+            conn.execute("PRAGMA busy_timeout = 5000")
+            status = migrations.status(_applied_versions(conn)[0], MIGRATIONS)
+            migrations.require_current(status, str(self._path))
+            conn.execute("BEGIN")
+            conn.execute("SELECT count(*) FROM accounts").fetchone()  # the snapshot starts here
+        except (sqlite3.Error, StorageError) as exc:  # not a database, an unknown schema
+            conn.close()
+            raise SnapshotError(f"cannot read {self._path}: {exc}") from None
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._conn is not None:
+            self._conn.close()  # ends the read transaction: nothing was written
+            self._conn = None
+
+    async def read_accounts(self, prefix: str, after: str, limit: int) -> list[AccountRow]:
+        return _read_accounts(self._conn, prefix, after, limit)
+
+    async def read_account_state(self, account_id: str) -> LoadedAccount | None:
+        return _read_account_state(self._conn, account_id)
+
+    async def read_entries(
+        self, account_id: str, after: Position | None, limit: int
+    ) -> list[Entry]:
+        return _read_entries(self._conn, account_id, after, limit)
+
+    async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
+        return _read_checkpoint(self._conn, account_id, timestamp)
+
+    async def integrity_problems(self) -> list[str]:
+        conn = self._conn
+        assert conn is not None, "snapshot is not open"
+        problems = [
+            f"SQLite integrity_check: {message}"
+            for (message,) in conn.execute("PRAGMA integrity_check(20)")
+            if message != "ok"
+        ]
+        for table in ("live_grants", "entries", "checkpoints"):
+            orphans = conn.execute(
+                f"SELECT DISTINCT account_id FROM {table} "
+                "WHERE account_id NOT IN (SELECT account_id FROM accounts) LIMIT 5"
+            ).fetchall()
+            if orphans:
+                names = ", ".join(repr(account_id) for (account_id,) in orphans)
+                problems.append(f"{table} rows of accounts that have no account row: {names}")
+        return problems

@@ -172,6 +172,15 @@ class Snapshot:
     grants: Any
 
 
+def observed(response: httpx.Response) -> Any:
+    """What an answer says about the ledger: its body, less the problem document's
+    ``request_id`` (which names the request, not the state)."""
+    body = response.json()
+    if response.status_code >= 400 and isinstance(body, dict):
+        body.pop("request_id", None)
+    return body
+
+
 async def snapshot(client: httpx.AsyncClient, account_id: str = ACCOUNT) -> Snapshot:
     """Everything observable about an account without changing it."""
     b = await balance(client, account_id=account_id)
@@ -179,11 +188,11 @@ async def snapshot(client: httpx.AsyncClient, account_id: str = ACCOUNT) -> Snap
     grants = await client.get(url(account_id, "grants"))
     return Snapshot(
         b.status_code,
-        b.json(),
+        observed(b),
         ledger.status_code,
-        ledger.json(),
+        observed(ledger),
         grants.status_code,
-        grants.json(),
+        observed(grants),
     )
 
 

@@ -43,8 +43,10 @@ class ServerProcess:
         port: int | None = None,
         env: dict[str, str] | None = None,
         log_path: Path | None = None,
+        args: tuple[str, ...] = (),
     ) -> None:
         self.data_dir = data_dir
+        self.extra_args = args  # after ``serve --host --port``
         self.extra_env = dict(env or {})
         self.storage = storage
         self.port = port or free_port()
@@ -65,7 +67,15 @@ class ServerProcess:
         log = self.log_path.open("ab")
         started = time.monotonic()
         self.proc = subprocess.Popen(
-            [console_script(), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            [
+                console_script(),
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                *self.extra_args,
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -307,6 +307,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Prometheus metrics of this process
+         * @description Counters and histograms of this process, for Prometheus: requests by route template,
+         *     method and status with their latency; ledger operations by kind and result; credits
+         *     granted, consumed, expired and voided; debt outstanding; idempotent replays;
+         *     authentication failures; storage commit latency and group sizes; batch sizes; late
+         *     writes and restatements. No label holds an account id. Needs an API key with the scope
+         *     `metrics:read` and no account prefix, unless GPU_CREDITS_METRICS_PUBLIC is true. Each
+         *     process answers for itself (see README, Metrics).
+         */
+        get: operations["getMetrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/batch": {
         parameters: {
             query?: never;
@@ -1364,6 +1390,11 @@ export interface components {
             /** Instance */
             instance?: string | null;
             /**
+             * Request Id
+             * @description The request's id: the `X-Request-ID` it was sent with (1 to 128 visible ASCII characters) or one the service made, as in the answer's `X-Request-ID` header and the request's log line. On every problem document answered to a request; absent only on the few the HTTP layer writes before a request is complete (400 malformed HTTP, 408 headers too slow, 414, 431, 429, 503 at the connection limit), and inside batch results.
+             */
+            request_id?: string | null;
+            /**
              * Errors
              * @description For validation problems: each offending field.
              */
@@ -1597,7 +1628,10 @@ export interface components {
     responses: never;
     parameters: never;
     requestBodies: never;
-    headers: never;
+    headers: {
+        /** @description The request's id: the `X-Request-ID` the request was sent with if it was one value of 1 to 128 visible ASCII characters (`!` to `~`), otherwise one the service made (32 hexadecimal digits). Also a problem document's `request_id` and the request's log line. */
+        RequestId: string;
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;
@@ -1620,6 +1654,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1629,6 +1664,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1638,6 +1674,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1647,6 +1684,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1656,6 +1694,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1665,6 +1704,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1674,6 +1714,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1683,6 +1724,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1692,6 +1734,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1701,6 +1744,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1710,6 +1754,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1744,6 +1789,7 @@ export interface operations {
                     Location?: string;
                     /** @description Present and `true` when this is a stored response to a retry. */
                     "Idempotent-Replayed"?: "true";
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1753,6 +1799,7 @@ export interface operations {
             /** @description Malformed JSON body: not UTF-8, not JSON, duplicate member names, NaN, or nested too deeply. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1762,6 +1809,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1771,6 +1819,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1780,6 +1829,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1789,6 +1839,7 @@ export interface operations {
             /** @description Timestamp earlier than the account's watermark (`watermark`; `account_timestamp` is its latest), a grant already voided (`voided_at`), or a limit reached: live grants per account, accounts. */
             409: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1798,6 +1849,7 @@ export interface operations {
             /** @description Request body larger than the limit (GPU_CREDITS_MAX_BODY_BYTES). */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1807,6 +1859,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1816,6 +1869,7 @@ export interface operations {
             /** @description The body is not `application/json`. */
             415: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1825,6 +1879,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1834,6 +1889,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1843,6 +1899,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1878,6 +1935,7 @@ export interface operations {
                 headers: {
                     /** @description Present and `true` when this is a stored response to a retry. */
                     "Idempotent-Replayed"?: "true";
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1887,6 +1945,7 @@ export interface operations {
             /** @description Malformed JSON body: not UTF-8, not JSON, duplicate member names, NaN, or nested too deeply. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1896,6 +1955,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1905,6 +1965,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1914,6 +1975,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1923,6 +1985,7 @@ export interface operations {
             /** @description Timestamp earlier than the account's watermark (`watermark`; `account_timestamp` is its latest), a grant already voided (`voided_at`), or a limit reached: live grants per account, accounts. */
             409: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1932,6 +1995,7 @@ export interface operations {
             /** @description Request body larger than the limit (GPU_CREDITS_MAX_BODY_BYTES). */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1941,6 +2005,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1950,6 +2015,7 @@ export interface operations {
             /** @description The body is not `application/json`. */
             415: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1959,6 +2025,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1968,6 +2035,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1977,6 +2045,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2005,6 +2074,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2014,6 +2084,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2023,6 +2094,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2032,6 +2104,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2041,6 +2114,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2050,6 +2124,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2059,6 +2134,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2068,6 +2144,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2077,6 +2154,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2086,6 +2164,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2095,6 +2174,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2123,6 +2203,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2132,6 +2213,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2141,6 +2223,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2150,6 +2233,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2159,6 +2243,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2168,6 +2253,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2177,6 +2263,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2186,6 +2273,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2195,6 +2283,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2204,6 +2293,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2213,6 +2303,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2237,6 +2328,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2246,6 +2338,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2255,6 +2348,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2264,6 +2358,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2273,6 +2368,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2282,6 +2378,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2291,6 +2388,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2300,6 +2398,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2309,6 +2408,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2318,6 +2418,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2327,6 +2428,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2360,6 +2462,7 @@ export interface operations {
                 headers: {
                     /** @description Present and `true` when this is a stored response to a retry. */
                     "Idempotent-Replayed"?: "true";
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2369,6 +2472,7 @@ export interface operations {
             /** @description Malformed JSON body: not UTF-8, not JSON, duplicate member names, NaN, or nested too deeply. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2378,6 +2482,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2387,6 +2492,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2396,6 +2502,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2405,6 +2512,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2414,6 +2522,7 @@ export interface operations {
             /** @description Timestamp earlier than the account's watermark (`watermark`; `account_timestamp` is its latest), a grant already voided (`voided_at`), or a limit reached: live grants per account, accounts. */
             409: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2423,6 +2532,7 @@ export interface operations {
             /** @description Request body larger than the limit (GPU_CREDITS_MAX_BODY_BYTES). */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2432,6 +2542,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2441,6 +2552,7 @@ export interface operations {
             /** @description The body is not `application/json`. */
             415: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2450,6 +2562,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2459,6 +2572,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2468,6 +2582,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2496,6 +2611,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2505,6 +2621,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2514,6 +2631,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2523,6 +2641,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2532,6 +2651,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2541,6 +2661,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2550,6 +2671,7 @@ export interface operations {
             /** @description `cursor-gone`: `after` names an entry a late write undid (an expiration that no longer happens): page again from an earlier cursor or from the start. */
             409: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2559,6 +2681,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2568,6 +2691,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2577,6 +2701,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2586,6 +2711,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2595,6 +2721,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2618,6 +2745,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2627,6 +2755,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2636,6 +2765,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2645,6 +2775,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2654,6 +2785,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2663,6 +2795,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2672,6 +2805,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2681,6 +2815,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2690,6 +2825,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2699,6 +2835,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2708,6 +2845,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2735,6 +2873,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2744,6 +2883,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2753,6 +2893,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2762,6 +2903,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2771,6 +2913,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2780,6 +2923,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2789,6 +2933,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2798,6 +2943,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2807,6 +2953,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2816,6 +2963,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2825,6 +2973,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2852,6 +3001,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2861,6 +3011,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2870,6 +3021,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2879,6 +3031,7 @@ export interface operations {
             /** @description The API key lacks the scope credits:read. (A key limited to an account prefix is not refused: it is shown the accounts within its prefix.) */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2888,6 +3041,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2897,6 +3051,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2906,6 +3061,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2915,6 +3071,7 @@ export interface operations {
             /** @description A query parameter is invalid, out of range, unknown or repeated. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2924,6 +3081,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2933,6 +3091,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2953,6 +3112,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2962,6 +3122,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2971,6 +3132,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2980,6 +3142,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2989,6 +3152,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -2998,6 +3162,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3007,6 +3172,7 @@ export interface operations {
             /** @description Only when the process is overloaded (every connection busy); never because of storage. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3027,6 +3193,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3036,6 +3203,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3045,6 +3213,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3054,6 +3223,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3063,6 +3233,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3072,6 +3243,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3081,6 +3253,7 @@ export interface operations {
             /** @description Not ready: storage failed and the process needs a restart, or the database is unreachable; `detail` says which. Also when the process is overloaded. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3101,6 +3274,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3110,6 +3284,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3119,6 +3294,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3128,6 +3304,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3137,6 +3314,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3146,6 +3324,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3155,6 +3334,7 @@ export interface operations {
             /** @description Not ready: storage failed and the process needs a restart, or the database is unreachable; `detail` says which. Also when the process is overloaded. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3175,6 +3355,7 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3184,6 +3365,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3193,6 +3375,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3202,6 +3385,7 @@ export interface operations {
             /** @description Request body larger than the limit. */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3211,6 +3395,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3220,6 +3405,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3229,6 +3415,119 @@ export interface operations {
             /** @description Only when the process is overloaded (every connection busy); never because of storage. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getMetrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Prometheus text exposition format (OpenMetrics when the `Accept` header asks for `application/openmetrics-text`). */
+            200: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain; version=0.0.4; charset=utf-8": string;
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8": string;
+                };
+            };
+            /** @description Malformed HTTP or JSON. */
+            400: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or unknown API key (when keys are configured and GPU_CREDITS_METRICS_PUBLIC is false, the default). */
+            401: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope metrics:read, or is limited to an account prefix (metrics are over every account). */
+            403: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Metrics are off (GPU_CREDITS_METRICS=false). */
+            404: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request headers or body not received in time. */
+            408: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body larger than the limit. */
+            413: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description URL longer than the limit. */
+            414: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request headers larger than the limit. */
+            431: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Overloaded, storage failed, or the database is unreachable; retry later. */
+            503: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3258,6 +3557,7 @@ export interface operations {
                 headers: {
                     /** @description Present and `true` when this is a stored response to a retry. */
                     "Idempotent-Replayed"?: "true";
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3267,6 +3567,7 @@ export interface operations {
             /** @description Malformed JSON body: not UTF-8, not JSON, duplicate member names, NaN, or nested too deeply. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3276,6 +3577,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3285,6 +3587,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3294,6 +3597,7 @@ export interface operations {
             /** @description Unknown account (reads create nothing) or grant. */
             404: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3303,6 +3607,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3312,6 +3617,7 @@ export interface operations {
             /** @description Timestamp earlier than the account's watermark (`watermark`; `account_timestamp` is its latest), a grant already voided (`voided_at`), or a limit reached: live grants per account, accounts. */
             409: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3321,6 +3627,7 @@ export interface operations {
             /** @description Request body larger than the limit (GPU_CREDITS_MAX_BODY_BYTES). */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3330,6 +3637,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3339,6 +3647,7 @@ export interface operations {
             /** @description The body is not `application/json`. */
             415: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3348,6 +3657,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3357,6 +3667,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3366,6 +3677,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3396,6 +3708,7 @@ export interface operations {
             /** @description NDJSON: one `EventResultLine` per line that is not blank, in order, written as the lines are committed. A limit reached, a pause longer than GPU_CREDITS_BODY_TIMEOUT_S or a storage failure ends the stream with an error line at the line it concerns; the lines answered before it stay committed. */
             200: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3410,6 +3723,7 @@ export interface operations {
             /** @description Malformed HTTP or JSON. */
             400: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3419,6 +3733,7 @@ export interface operations {
             /** @description Missing or unknown API key (only when keys are configured). */
             401: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3428,6 +3743,7 @@ export interface operations {
             /** @description The API key lacks the scope, or may not touch this account. */
             403: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3437,6 +3753,7 @@ export interface operations {
             /** @description Request headers or body not received in time. */
             408: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3446,6 +3763,7 @@ export interface operations {
             /** @description Request body larger than the limit (GPU_CREDITS_MAX_BODY_BYTES). */
             413: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3455,6 +3773,7 @@ export interface operations {
             /** @description URL longer than the limit. */
             414: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3464,6 +3783,7 @@ export interface operations {
             /** @description The body is not `application/json`. */
             415: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3473,6 +3793,7 @@ export interface operations {
             /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
             422: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3482,6 +3803,7 @@ export interface operations {
             /** @description Request headers larger than the limit. */
             431: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3491,6 +3813,7 @@ export interface operations {
             /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
             503: {
                 headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;
                 };
                 content: {

@@ -26,6 +26,11 @@ class Problem:
         status (int):
         detail (str):
         instance (None | str | Unset):
+        request_id (None | str | Unset): The request's id: the `X-Request-ID` it was sent with (1 to 128 visible ASCII
+            characters) or one the service made, as in the answer's `X-Request-ID` header and the request's log line. On
+            every problem document answered to a request; absent only on the few the HTTP layer writes before a request is
+            complete (400 malformed HTTP, 408 headers too slow, 414, 431, 429, 503 at the connection limit), and inside
+            batch results.
         errors (list[ValidationIssue] | None | Unset): For validation problems: each offending field.
         account_timestamp (int | None | Unset): For a timestamp regression: the account's latest timestamp.
         watermark (int | None | Unset): For a timestamp regression: the account's watermark; a write must have a
@@ -46,6 +51,7 @@ class Problem:
     status: int
     detail: str
     instance: None | str | Unset = UNSET
+    request_id: None | str | Unset = UNSET
     errors: list[ValidationIssue] | None | Unset = UNSET
     account_timestamp: int | None | Unset = UNSET
     watermark: int | None | Unset = UNSET
@@ -74,6 +80,12 @@ class Problem:
             instance = UNSET
         else:
             instance = self.instance
+
+        request_id: None | str | Unset
+        if isinstance(self.request_id, Unset):
+            request_id = UNSET
+        else:
+            request_id = self.request_id
 
         errors: list[dict[str, Any]] | None | Unset
         if isinstance(self.errors, Unset):
@@ -155,6 +167,8 @@ class Problem:
         )
         if instance is not UNSET:
             field_dict["instance"] = instance
+        if request_id is not UNSET:
+            field_dict["request_id"] = request_id
         if errors is not UNSET:
             field_dict["errors"] = errors
         if account_timestamp is not UNSET:
@@ -200,6 +214,15 @@ class Problem:
             return cast(None | str | Unset, data)
 
         instance = _parse_instance(d.pop("instance", UNSET))
+
+        def _parse_request_id(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        request_id = _parse_request_id(d.pop("request_id", UNSET))
 
         def _parse_errors(data: object) -> list[ValidationIssue] | None | Unset:
             if data is None:
@@ -318,6 +341,7 @@ class Problem:
             status=status,
             detail=detail,
             instance=instance,
+            request_id=request_id,
             errors=errors,
             account_timestamp=account_timestamp,
             watermark=watermark,

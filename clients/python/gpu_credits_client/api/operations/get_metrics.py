@@ -1,0 +1,200 @@
+from http import HTTPStatus
+from typing import Any
+
+import httpx
+
+from ... import errors
+from ...client import AuthenticatedClient, Client
+from ...models.problem import Problem
+from ...types import Response
+
+
+def _get_kwargs() -> dict[str, Any]:
+
+    _kwargs: dict[str, Any] = {
+        "method": "get",
+        "url": "/metrics",
+    }
+
+    return _kwargs
+
+
+def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Problem | str | None:
+    if response.status_code == 200:
+        response_200 = response.text
+        return response_200
+
+    if response.status_code == 400:
+        response_400 = Problem.from_dict(response.json())
+
+        return response_400
+
+    if response.status_code == 401:
+        response_401 = Problem.from_dict(response.json())
+
+        return response_401
+
+    if response.status_code == 403:
+        response_403 = Problem.from_dict(response.json())
+
+        return response_403
+
+    if response.status_code == 404:
+        response_404 = Problem.from_dict(response.json())
+
+        return response_404
+
+    if response.status_code == 408:
+        response_408 = Problem.from_dict(response.json())
+
+        return response_408
+
+    if response.status_code == 413:
+        response_413 = Problem.from_dict(response.json())
+
+        return response_413
+
+    if response.status_code == 414:
+        response_414 = Problem.from_dict(response.json())
+
+        return response_414
+
+    if response.status_code == 431:
+        response_431 = Problem.from_dict(response.json())
+
+        return response_431
+
+    if response.status_code == 503:
+        response_503 = Problem.from_dict(response.json())
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Response[Problem | str]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    *,
+    client: AuthenticatedClient,
+) -> Response[Problem | str]:
+    """Prometheus metrics of this process
+
+     Counters and histograms of this process, for Prometheus: requests by route template,
+    method and status with their latency; ledger operations by kind and result; credits
+    granted, consumed, expired and voided; debt outstanding; idempotent replays;
+    authentication failures; storage commit latency and group sizes; batch sizes; late
+    writes and restatements. No label holds an account id. Needs an API key with the scope
+    `metrics:read` and no account prefix, unless GPU_CREDITS_METRICS_PUBLIC is true. Each
+    process answers for itself (see README, Metrics).
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Problem | str]
+    """
+
+    kwargs = _get_kwargs()
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    *,
+    client: AuthenticatedClient,
+) -> Problem | str | None:
+    """Prometheus metrics of this process
+
+     Counters and histograms of this process, for Prometheus: requests by route template,
+    method and status with their latency; ledger operations by kind and result; credits
+    granted, consumed, expired and voided; debt outstanding; idempotent replays;
+    authentication failures; storage commit latency and group sizes; batch sizes; late
+    writes and restatements. No label holds an account id. Needs an API key with the scope
+    `metrics:read` and no account prefix, unless GPU_CREDITS_METRICS_PUBLIC is true. Each
+    process answers for itself (see README, Metrics).
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Problem | str
+    """
+
+    return sync_detailed(
+        client=client,
+    ).parsed
+
+
+async def asyncio_detailed(
+    *,
+    client: AuthenticatedClient,
+) -> Response[Problem | str]:
+    """Prometheus metrics of this process
+
+     Counters and histograms of this process, for Prometheus: requests by route template,
+    method and status with their latency; ledger operations by kind and result; credits
+    granted, consumed, expired and voided; debt outstanding; idempotent replays;
+    authentication failures; storage commit latency and group sizes; batch sizes; late
+    writes and restatements. No label holds an account id. Needs an API key with the scope
+    `metrics:read` and no account prefix, unless GPU_CREDITS_METRICS_PUBLIC is true. Each
+    process answers for itself (see README, Metrics).
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Problem | str]
+    """
+
+    kwargs = _get_kwargs()
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    *,
+    client: AuthenticatedClient,
+) -> Problem | str | None:
+    """Prometheus metrics of this process
+
+     Counters and histograms of this process, for Prometheus: requests by route template,
+    method and status with their latency; ledger operations by kind and result; credits
+    granted, consumed, expired and voided; debt outstanding; idempotent replays;
+    authentication failures; storage commit latency and group sizes; batch sizes; late
+    writes and restatements. No label holds an account id. Needs an API key with the scope
+    `metrics:read` and no account prefix, unless GPU_CREDITS_METRICS_PUBLIC is true. Each
+    process answers for itself (see README, Metrics).
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Problem | str
+    """
+
+    return (
+        await asyncio_detailed(
+            client=client,
+        )
+    ).parsed
