@@ -18,6 +18,7 @@ from starlette.types import ASGIApp
 from app.adapters.embedded import EmbeddedPort
 from app.api import docs_pages, problems, render
 from app.api.auth import Authenticator
+from app.api.events import EVENTS_PATH, StreamLimits
 from app.api.limits import RequestLimits
 from app.api.openapi import build_openapi
 from app.api.requests import RequestObserver
@@ -166,13 +167,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         inner, routes=routes, metrics=metrics, log_requests=settings.access_log
     )
     batch_cap = settings.max_batch_body_bytes
+    caps = {BATCH_PATH: batch_cap, EVENTS_PATH: settings.max_event_stream_bytes}
+    app.state.event_stream_limits = StreamLimits(
+        max_body_bytes=settings.max_event_stream_bytes,
+        max_line_bytes=settings.max_event_line_bytes,
+        max_lines=settings.max_event_lines,
+        idle_timeout_s=settings.body_timeout_s,
+    )
     app.add_middleware(
         RequestLimits,
         max_body_bytes=settings.max_body_bytes,
         max_url_bytes=settings.max_url_bytes,
         max_header_bytes=settings.max_header_bytes,
         body_timeout_s=settings.body_timeout_s,
-        body_cap_for_path=lambda path: batch_cap if path == BATCH_PATH else 0,
+        body_cap_for_path=lambda path: caps.get(path, 0),
+        streaming_paths=frozenset({EVENTS_PATH}),
     )
     storage_errors: tuple[type[Exception], ...] = ()
     if settings.storage == "postgres":

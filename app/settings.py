@@ -272,6 +272,27 @@ class Settings(BaseSettings):
         le=256 * 1024 * 1024,
         description="Largest POST /v1/batch body (413); 10,000 operations take about 1 MiB.",
     )
+    max_event_stream_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        le=4 * 1024 * 1024 * 1024,
+        description=(
+            "Largest POST /v1/events body: a Content-Length over it is 413; a stream that "
+            "passes it is stopped at that line."
+        ),
+    )
+    max_event_line_bytes: int = Field(
+        128 * 1024,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description="Longest line of a POST /v1/events body; a longer one stops the stream.",
+    )
+    max_event_lines: int = Field(
+        100_000,
+        ge=1,
+        le=10_000_000,
+        description="Lines (not blank) per POST /v1/events request; one more stops the stream.",
+    )
     max_url_bytes: int = Field(8 * 1024, ge=256, le=64 * 1024, description="Longest URL (414).")
     max_header_bytes: int = Field(
         16 * 1024, ge=1024, le=256 * 1024, description="Largest request header block (431)."

@@ -114,14 +114,24 @@ def typescript_generator() -> Path:
     return exe
 
 
+# openapi-python-client knows JSON, forms, multipart and bytes: a usage stream's NDJSON
+# (POST /v1/events) is sent and answered as bytes (``File``), which the caller writes and
+# splits into lines (README, Usage streams).
+PYTHON_CONFIG = '{"content_type_overrides": {"application/x-ndjson": "application/octet-stream"}}'
+
+
 def generate_python(openapi: Path, out: Path) -> None:
     """Write the Python client project generated from ``openapi`` to ``out`` (a new path)."""
+    config = out.parent / "openapi-python-client.json"
+    config.write_text(PYTHON_CONFIG)
     output = _run(
         [
             str(python_generator()),
             "generate",
             "--path",
             str(openapi),
+            "--config",
+            str(config),
             "--meta",
             "setup",
             "--output-path",

@@ -50,6 +50,8 @@ from tests.support.server_process import ROOT
 
 MAX_EXAMPLES = 60
 OPENAPI_FILE = ROOT / "openapi" / "openapi.json"
+# A usage stream's body (POST /v1/events) is NDJSON, documented as bytes: sent as given.
+schemathesis.serializer.alias("application/x-ndjson", "application/octet-stream")
 SCHEMA = schemathesis.openapi.from_path(OPENAPI_FILE)
 Operation = APIOperation[Any, Any, Any, Any]
 

@@ -38,6 +38,7 @@ OPERATION_IDS = {
     "putAccountSettings",
     "getAccountSettings",
     "getForecast",
+    "streamEvents",
     "getMetrics",
 }
 # getBalance is not here: reads are safe (SPEC section 3), a read before the clock is as-of.
@@ -124,6 +125,7 @@ def test_operations_are_at_their_paths(served: dict[str, Any]) -> None:
         "putAccountSettings": ("put", "/v1/accounts/{account_id}/settings"),
         "getAccountSettings": ("get", "/v1/accounts/{account_id}/settings"),
         "getForecast": ("get", "/v1/accounts/{account_id}/forecast"),
+        "streamEvents": ("post", "/v1/events"),
         "getMetrics": ("get", "/metrics"),
     }
 
@@ -155,6 +157,11 @@ def test_success_responses_are_json_with_a_schema(served: dict[str, Any]) -> Non
         assert success == {expected_status.get(op["operationId"], "200")}, op["operationId"]
         (status,) = success
         content = op["responses"][status]["content"]
+        if op["operationId"] == "streamEvents":  # NDJSON: bytes, each line a schema
+            assert content["application/x-ndjson"]["x-ndjson-line"] == {
+                "$ref": "#/components/schemas/EventResultLine"
+            }
+            continue
         if op["operationId"] == "getMetrics":  # Prometheus' text formats
             assert set(content) == {
                 "text/plain; version=0.0.4; charset=utf-8",
@@ -172,9 +179,17 @@ def test_request_bodies_have_examples(served: dict[str, Any]) -> None:
         "applyBatch",
         "voidGrant",
         "putAccountSettings",
+        "streamEvents",
     }
     for operation_id, op in with_body.items():
         assert op["requestBody"]["required"] is True, operation_id
+        if operation_id == "streamEvents":
+            media = op["requestBody"]["content"]["application/x-ndjson"]
+            assert media["x-ndjson-line"] == {"$ref": "#/components/schemas/EventLine"}
+            lines = media["example"].splitlines()
+            assert lines
+            assert all(isinstance(json.loads(line), dict) for line in lines)
+            continue
         media = op["requestBody"]["content"]["application/json"]
         examples = media.get("examples") or {}
         assert examples or "example" in media, f"{operation_id} has no request examples"

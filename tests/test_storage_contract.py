@@ -37,6 +37,7 @@ from app.storage.base import (
     ConsumptionEntry,
     EmbeddedJournal,
     Entry,
+    EventRecord,
     ExpirationEntry,
     GrantEntry,
     IdempotencyRecord,
@@ -326,6 +327,51 @@ class StorageContract(Generic[S]):
         assert await store.read_idempotency("acme", "c-1") == data.record("c-1", NOW_S)
         assert await store.prune_idempotency(NOW_S - 50) == 0
 
+    # -- usage-stream event ids --------------------------------------------------------------
+
+    async def test_event_ids_read_back_and_are_pruned(self, store: S) -> None:
+        groups = _with_events(data.groups(NOW_S), NOW_S)
+        for c in groups[0]:
+            assert c.event is not None
+            c.event.created_at_s = NOW_S - 100
+        for group in groups:
+            await self.write(store, group)
+        everything = _events_of(groups)
+        keys = [*everything, ("acme", "nobody"), ("nobody", "e-acme-1")]
+        assert await store.read_event_ids(keys) == everything
+        assert await store.read_event_ids([]) == {}
+        # Per account: the same id on another account is another event.
+        assert await store.read_event_ids([("bat", "e-acme-1")]) == {}
+        assert await store.prune_event_ids(NOW_S - 50) == 2
+        older = {(e.account_id, e.event_id) for c in groups[0] if (e := c.event)}
+        kept = {k: r for k, r in everything.items() if k not in older}
+        assert await store.read_event_ids(keys) == kept
+        assert await store.prune_event_ids(NOW_S - 50) == 0
+        # The idempotency records are swept apart (by the same service call).
+        assert await store.read_idempotency("acme", "g-1") == data.record("g-1", NOW_S)
+
+    async def test_an_event_id_is_written_with_its_change_or_not_at_all(self, store: S) -> None:
+        first = _with_events(data.groups(NOW_S), NOW_S)[0]
+        await self.write(store, first)
+        again = ConsumptionEntry(1, 1, 150, 0, amount=0, consumed=0, debt_added=0, allocation=())
+        clash = Change(AccountRow("acme", 1, 0, 3, 2), entries=[again])
+        made = _with_events(data.groups(NOW_S), NOW_S)[2][0]
+        with pytest.raises(self.refused):
+            await self.write(store, [made, clash])
+        assert made.event is not None
+        assert await store.read_event_ids([("team-b:1", made.event.event_id)]) == {}
+        kept = _events_of([first])
+        assert await store.read_event_ids(list(kept)) == kept
+
+    async def test_an_event_naming_another_entry_is_not_written(self, store: S) -> None:
+        change = _with_events(data.groups(NOW_S), NOW_S)[0][0]
+        assert change.event is not None
+        change.event.sequence = 7
+        with pytest.raises((AssertionError, StorageError)):
+            await self.write(store, [change])
+        assert await store.read_event_ids([("acme", "e-acme-1")]) == {}
+        assert await store.read_account_state("acme") is None
+
     # -- listing accounts --------------------------------------------------------------------
 
     async def test_accounts_are_listed_by_prefix_after_a_cursor(self, store: S) -> None:
@@ -425,8 +471,64 @@ class StorageContract(Generic[S]):
         raise NotImplementedError
 
 
+def _with_events(groups: list[list[Change]], created_at_s: float) -> list[list[Change]]:
+    """The dataset's changes, each made by a usage-stream line (id e-<account>-<n>, naming
+    the change's first entry; a grant's entry names its grant)."""
+    for group in groups:
+        for change in group:
+            account_id = change.account.account_id
+            first = change.entries[0]
+            grant_id = first.grant_id if isinstance(first, GrantEntry) else None
+            change.event = EventRecord(
+                account_id,
+                f"e-{account_id}-{first.sequence}",
+                f"fp-{first.sequence}",
+                first.sequence,
+                grant_id,
+                created_at_s,
+            )
+    return groups
+
+
+def _events_of(groups: Sequence[Sequence[Change]]) -> dict[tuple[str, str], EventRecord]:
+    return {(e.account_id, e.event_id): e for group in groups for c in group if (e := c.event)}
+
+
 class DurableContract(StorageContract[S]):
     """What a backend that keeps its data across a close promises besides (not memory)."""
+
+    async def test_event_ids_survive_a_reopen_until_they_expire(
+        self, make_store: Callable[[], S]
+    ) -> None:
+        groups = _with_events(data.groups(NOW_S), NOW_S)
+        store = make_store()
+        await store.open(0.0)
+        try:
+            for group in groups:
+                await self.write(store, group)
+        finally:
+            await store.close()
+        everything = _events_of(groups)
+        store = make_store()
+        loaded = await store.open(0.0)
+        try:
+            assert await store.read_event_ids(list(everything)) == everything
+            self.assert_loaded_events(loaded, everything)
+        finally:
+            await store.close()
+        store = make_store()
+        loaded = await store.open(NOW_S + 1)
+        try:
+            assert await store.read_event_ids(list(everything)) == {}
+            self.assert_loaded_events(loaded, {})
+        finally:
+            await store.close()
+
+    def assert_loaded_events(
+        self, loaded: LoadedState, events: dict[tuple[str, str], EventRecord]
+    ) -> None:
+        """What ``open`` hands the service of the event ids a store holds."""
+        raise NotImplementedError
 
     async def test_a_reopened_store_finds_everything(self, make_store: Callable[[], S]) -> None:
         store = make_store()
@@ -464,6 +566,12 @@ class DurableContract(StorageContract[S]):
 
 class EmbeddedContract(StorageContract[EmbeddedJournal]):
     refused = (StorageError,)
+
+    def assert_loaded_events(
+        self, loaded: LoadedState, events: dict[tuple[str, str], EventRecord]
+    ) -> None:
+        # The service holds them, to answer duplicates without reading.
+        assert {(e.account_id, e.event_id): e for e in loaded.event_ids} == events
 
     async def write(self, store: EmbeddedJournal, changes: Sequence[Change]) -> None:
         await store.submit(changes)
@@ -578,6 +686,11 @@ class TransactionalContract(StorageContract[TransactionalStore]):
 
     def assert_loaded(self, loaded: LoadedState) -> None:
         assert loaded == LoadedState()  # the service reads accounts under their row locks
+
+    def assert_loaded_events(
+        self, loaded: LoadedState, events: dict[tuple[str, str], EventRecord]
+    ) -> None:
+        assert loaded.event_ids == []  # read in the transaction that applies the lines
 
     async def test_account_states_are_listed_with_their_available_credits(
         self, store: TransactionalStore

@@ -60,6 +60,8 @@ RELEASED: dict[tuple[str, int], str] = {
     ("postgres", 5): "98a9f96a5ed359c66c3d0bcbb9ef47979cfbf101baeb3f5ed95606862c078ac1",
     ("sqlite", 5): "44549fc6652a4895eb95fd657c061eee360cbfa6567af26cae32aa91221d3be8",
     ("postgres", 6): "1dd9d8d960ec883081e0722318a5cf94f4a76bacc2aa50586116ef907b74ce47",
+    ("sqlite", 6): "5458fa810fd2d16bd595798fb500ff7308edad6882865d35d413acc413ef248f",
+    ("postgres", 7): "5fed47e80a9775d77bb8e080999b8197091527fb19275460ce29184a192e396f",
 }
 
 # -- the release before versioned SQLite migrations (schema 1 in ``meta``) ------------------

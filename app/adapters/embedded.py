@@ -53,6 +53,7 @@ from app.storage.base import (
     Change,
     EmbeddedJournal,
     Entry,
+    EventRecord,
     GrantEntry,
     IdempotencyRecord,
     StorageError,
@@ -84,6 +85,12 @@ class _PendingKey:
     durable: asyncio.Future[None]
 
 
+@dataclass(slots=True)
+class _PendingEvent:
+    record: EventRecord
+    durable: asyncio.Future[None]
+
+
 class EmbeddedPort:
     """``LedgerPort`` over an ``EmbeddedJournal`` (memory or SQLite)."""
 
@@ -96,6 +103,11 @@ class EmbeddedPort:
         self._slots: dict[str, _Slot] = {}
         self._accounts = 0  # slots counted against Limits.max_accounts
         self._keys: dict[tuple[str, str], _PendingKey] = {}
+        # Usage-stream ids by (account, event id): counted with the keys against the bounds
+        # on Idempotency-Keys, as is the room units of work have taken for new ones.
+        self._events: dict[tuple[str, str], _PendingEvent] = {}
+        self._event_room_taken = 0
+        self._expired_dropped_at_s = float("-inf")  # when the bound last dropped expired ids
         self._failure: str | None = None
         self._tenants = Tenants()
         self._live_grants = 0  # over every account held (Limits.max_live_grants)
@@ -117,6 +129,8 @@ class EmbeddedPort:
         done.set_result(None)
         for record in loaded.idempotency:
             self._keys[(record.scope, record.key)] = _PendingKey(record, done)
+        for event in loaded.event_ids:
+            self._events[(event.account_id, event.event_id)] = _PendingEvent(event, done)
 
     async def close(self) -> None:
         await self._store.close()
@@ -146,8 +160,12 @@ class EmbeddedPort:
         old = [k for k, p in self._keys.items() if p.record.created_at_s < min_created_at_s]
         for k in old:
             self._forget_key(k)
+        old_events = self._expired_events(min_created_at_s)
+        for k in old_events:
+            self._forget_event(k)
         await self._store.prune_idempotency(min_created_at_s)
-        return len(old)
+        await self._store.prune_event_ids(min_created_at_s)
+        return len(old) + len(old_events)
 
     def configure_tenants(
         self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]
@@ -167,6 +185,9 @@ class EmbeddedPort:
                     if owner is not None
                     else scope.startswith(prefix)
                 ):
+                    usage.idempotency_keys += 1
+            for account_id, _ in self._events:
+                if account_id.startswith(prefix):
                     usage.idempotency_keys += 1
             return usage
 
@@ -227,21 +248,73 @@ class EmbeddedPort:
         return Answer(record.status_code, body)
 
     def _make_room_for_key(self, scope: str) -> None:
-        tenants = self._scope_tenants(scope)
+        self._make_room_for_id(self._scope_tenants(scope))
+
+    def _ids_held(self) -> int:
+        """Idempotency-Keys and usage-stream ids held, and room taken for new ids."""
+        return len(self._keys) + len(self._events) + self._event_room_taken
+
+    def _make_room_for_id(self, tenants: tuple[Tenant, ...]) -> None:
+        """Refuse a new Idempotency-Key or event id past the bounds on keys."""
         tight = Tenants.tightest(tenants, "idempotency keys")
-        if len(self._keys) < self._limits.max_idempotency_keys and (
+        if self._ids_held() < self._limits.max_idempotency_keys and (
             tight is None or tight.room("idempotency keys") >= 1
         ):
             return
-        # At a bound: drop the keys past their retention first (the hourly sweep may not
-        # have run yet).
-        cutoff_s = self._wall_clock_s() - self._limits.idempotency_ttl_s
-        for k in [k for k, p in self._keys.items() if p.record.created_at_s < cutoff_s]:
-            self._forget_key(k)
-        if len(self._keys) >= self._limits.max_idempotency_keys:
+        # At a bound: drop the keys and ids past their retention first (the hourly sweep
+        # may not have run yet). A scan of everything held: at most once a second, so a
+        # stream of lines refused at the bound does not pay it per line.
+        now_s = self._wall_clock_s()
+        if now_s - self._expired_dropped_at_s >= 1.0:
+            self._expired_dropped_at_s = now_s
+            cutoff_s = now_s - self._limits.idempotency_ttl_s
+            for k in [k for k, p in self._keys.items() if p.record.created_at_s < cutoff_s]:
+                self._forget_key(k)
+            for k in self._expired_events(cutoff_s):
+                self._forget_event(k)
+        if self._ids_held() >= self._limits.max_idempotency_keys:
             raise IdempotencyKeysFull(self._limits.max_idempotency_keys)
         if tight is not None and tight.room("idempotency keys") < 1:
             raise QuotaExceeded(tight.prefix, "idempotency keys", tight.quota.max_idempotency_keys)
+
+    # -- usage-stream event ids ------------------------------------------------------------
+
+    def _expired_events(self, min_created_at_s: float) -> list[tuple[str, str]]:
+        return [
+            k
+            for k, p in self._events.items()
+            if p.record.created_at_s < min_created_at_s and p.durable.done()
+        ]
+
+    def _forget_event(self, k: tuple[str, str]) -> None:
+        del self._events[k]
+        Tenants.add(self._tenants.of_account(k[0]), "idempotency keys", -1)
+
+    def _take_event_room(self, account_id: str) -> None:
+        tenants = self._tenants.of_account(account_id)
+        self._make_room_for_id(tenants)
+        self._event_room_taken += 1
+        Tenants.add(tenants, "idempotency keys", 1)
+
+    def _give_back_event_room(self, account_id: str, count: int) -> None:
+        self._event_room_taken -= count
+        assert self._event_room_taken >= 0
+        Tenants.add(self._tenants.of_account(account_id), "idempotency keys", -count)
+
+    async def _event_records(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], EventRecord]:
+        found: dict[tuple[str, str], EventRecord] = {}
+        waits: dict[int, asyncio.Future[None]] = {}
+        for k in keys:
+            pending = self._events.get(k)
+            if pending is not None:
+                found[k] = pending.record
+                if not pending.durable.done():
+                    waits[id(pending.durable)] = pending.durable  # one per commit group
+        for fut in waits.values():
+            await self._await_durable(fut)
+        return found
 
     def _remember_key(self, record: IdempotencyRecord, fut: asyncio.Future[None]) -> None:
         """From now on a retry with this key waits for ``fut`` and replays the answer."""
@@ -295,6 +368,10 @@ class EmbeddedPort:
         fut = self._store.submit(changes)
         for change in changes:
             slots[change.account.account_id].durable = fut
+            event = change.event
+            if event is not None:
+                # Counted already (the room its unit of work took): now held until pruned.
+                self._events[(event.account_id, event.event_id)] = _PendingEvent(event, fut)
         if key is not None:
             self._remember_key(key, fut)
         return fut
@@ -433,6 +510,7 @@ class _EmbeddedUnitOfWork:
         self._slots = slots
         self._locked: list[_Slot] = []
         self._waits: list[asyncio.Future[None]] = []
+        self._event_room: dict[str, int] = {}  # room taken for new event ids, by account
         self.committed: asyncio.Future[None] | None = None
         self._debt_before = 0  # the accounts' debt when they were locked
 
@@ -474,6 +552,10 @@ class _EmbeddedUnitOfWork:
         await self._port._await_durable(self.committed)
 
     def _give_back(self) -> None:
+        for account_id, count in self._event_room.items():
+            if count:
+                self._port._give_back_event_room(account_id, count)
+        self._event_room = {}
         for slot in self._locked:
             slot.lock.release()
         self._locked = []
@@ -485,6 +567,15 @@ class _EmbeddedUnitOfWork:
 
     def make_room_for_key(self, scope: str) -> None:
         self._port._make_room_for_key(scope)
+
+    async def event_records(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], EventRecord]:
+        return await self._port._event_records(keys)
+
+    def take_event_room(self, account_id: str) -> None:
+        self._port._take_event_room(account_id)
+        self._event_room[account_id] = self._event_room.get(account_id, 0) + 1
 
     def account(self, account_id: str) -> AccountState | None:
         state = self._slots[account_id].state
@@ -521,6 +612,11 @@ class _EmbeddedUnitOfWork:
 
     async def commit(self, changes: Sequence[Change], key: IdempotencyRecord | None) -> None:
         assert self.committed is None, "one commit per unit of work"
+        for change in changes:
+            if change.event is not None:
+                account_id = change.account.account_id
+                assert self._event_room.get(account_id, 0) >= 1, "event ids take room first"
+                self._event_room[account_id] -= 1  # used: held by the port from now on
         if changes:
             self.committed = self._port._submit(self._slots, changes, key)
             self._port._debt += self._debt() - self._debt_before

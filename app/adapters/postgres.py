@@ -46,8 +46,10 @@ from app.service.journal import (
 from app.service.limits import Limits
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
 from app.storage.base import (
+    MAX_EVENT_IDS_PER_READ,
     Change,
     Entry,
+    EventRecord,
     GrantEntry,
     IdempotencyRecord,
     LoadedAccount,
@@ -151,7 +153,8 @@ class PostgresPort:
         return (await self._pg.migration_status()).current
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
-        return await self._pg.prune_idempotency(min_created_at_s)
+        keys = await self._pg.prune_idempotency(min_created_at_s)
+        return keys + await self._pg.prune_event_ids(min_created_at_s)
 
     async def outstanding_debt(self) -> int:
         """From the database (every process's accounts), within the readiness timeout."""
@@ -425,6 +428,21 @@ class _PgUnitOfWork:
 
     def make_room_for_key(self, scope: str) -> None:
         return None  # keys live in the database here, not in process memory
+
+    async def event_records(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], EventRecord]:
+        # The accounts' rows are locked by this transaction: no other one adds their ids
+        # meanwhile, so what is read here stays true until commit.
+        found: dict[tuple[str, str], EventRecord] = {}
+        for start in range(0, len(keys), MAX_EVENT_IDS_PER_READ):
+            found.update(
+                await self._tx.read_event_ids(keys[start : start + MAX_EVENT_IDS_PER_READ])
+            )
+        return found
+
+    def take_event_room(self, account_id: str) -> None:
+        return None  # event ids live in the database here, as keys do
 
     def account(self, account_id: str) -> AccountState | None:
         return self._slots[account_id].state if account_id in self._rows else None

@@ -125,3 +125,26 @@ BATCH_EXAMPLES: dict[str, Any] = {
         },
     },
 }
+
+
+# A usage stream (POST /v1/events): its body and answer as NDJSON text.
+EVENTS_EXAMPLE = (
+    '{"id": "grant-2026-06", "op": "grant", "account_id": "team-a:acme", "amount": 1000, '
+    '"timestamp": 0, "expiry": 720}\n'
+    '{"id": "job-17/0", "op": "consume", "account_id": "team-a:acme", "amount": 40, '
+    '"timestamp": 60, "resource": null}\n'
+    '{"id": "job-17/0", "op": "consume", "account_id": "team-a:acme", "amount": 40, '
+    '"timestamp": 60}\n'
+)
+EVENTS_ANSWER_EXAMPLE = (
+    '{"line":1,"id":"grant-2026-06","status":201,"body":{"account_id":"team-a:acme",'
+    '"grant_id":1,"sequence":1,"timestamp":0,"amount":1000,"expiry":720,"balance":1000,'
+    '"available":1000,"debt":0,"settled_debt":0,"retained":1000,"name":null,"metadata":null,'
+    '"resources":null,"watermark":0,"restated":0}}\n'
+    '{"line":2,"id":"job-17/0","status":200,"body":{"account_id":"team-a:acme","sequence":2,'
+    '"timestamp":60,"amount":40,"balance":960,"available":960,"debt":0,"consumed":40,'
+    '"debt_added":0,"allocation":[{"grant_id":1,"expiry":720,"amount":40,"resources":null}],'
+    '"resource":null,"watermark":60,"restated":0}}\n'
+    '{"line":3,"id":"job-17/0","status":200,"duplicate":true,'
+    '"body":{"account_id":"team-a:acme","sequence":2}}\n'
+)

@@ -6,7 +6,10 @@ per request, and this runs on every one).
   body is counted as it arrives and refused once it passes the cap, so memory stays bounded.
   A client that takes longer than ``body_timeout_s`` to send its body gets 408 (slow-loris).
 - The body is read here and handed to the app whole, so nothing downstream can be made to
-  wait on a slow client while holding an account lock.
+  wait on a slow client while holding an account lock. Except on the streaming paths
+  (``POST /v1/events``): only their Content-Length is checked here (against their own cap);
+  the endpoint reads the body as it arrives, bounds it and times it out itself, and holds
+  no lock while it waits for the client (``app.api.events``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class RequestLimits:
         max_header_bytes: int,
         body_timeout_s: float,
         body_cap_for_path: Callable[[str], int] | None = None,
+        streaming_paths: frozenset[str] = frozenset(),
     ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
@@ -43,6 +47,7 @@ class RequestLimits:
         self.max_header_bytes = max_header_bytes
         self.body_timeout_s = body_timeout_s
         self.body_cap_for_path = body_cap_for_path
+        self.streaming_paths = streaming_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -61,6 +66,9 @@ class RequestLimits:
         cap = cap or self.max_body_bytes
         if content_length is not None and content_length > cap:
             await self._respond(scope, send, BODY_TOO_LARGE, f"{cap} bytes")
+            return
+        if scope["path"] in self.streaming_paths:
+            await self.app(scope, receive, send)  # bounded as it is read (see above)
             return
         body = await self._read_body(scope, receive, send, cap)
         if body is None:

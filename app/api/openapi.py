@@ -9,17 +9,19 @@ the generated document here keeps routes free of OpenAPI plumbing, and the commi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
+from pydantic import TypeAdapter
 from starlette.routing import BaseRoute
 
 from app.api.auth import SECURITY_SCHEME, SECURITY_SCHEME_NAME
 from app.api.problems import PROBLEM_MEDIA_TYPE
 from app.api.requests import MAX_REQUEST_ID_CHARS
 from app.api.routing import is_public
+from app.api.schemas import EventLine, EventResultLine
 
 _UNUSED_SCHEMAS = ("HTTPValidationError", "ValidationError")
 # What the server layers in front of every route can answer, whatever the route: documented
@@ -93,5 +95,24 @@ def build_openapi(app: FastAPI, api_routes: Sequence[BaseRoute]) -> dict[str, An
     schemas = components.get("schemas", {})
     for name in _UNUSED_SCHEMAS:
         schemas.pop(name, None)
+    # Schemas the routes name by hand: the lines of a usage stream (its body and answer are
+    # NDJSON, which FastAPI does not describe).
+    _add_schema(schemas, "EventLine", TypeAdapter(EventLine), "validation")
+    _add_schema(schemas, "EventResultLine", TypeAdapter(EventResultLine), "serialization")
+    components["schemas"] = dict(sorted(schemas.items()))
     app.openapi_schema = doc
     return doc
+
+
+def _add_schema(
+    schemas: dict[str, Any],
+    name: str,
+    adapter: TypeAdapter[Any],
+    mode: Literal["validation", "serialization"],
+) -> None:
+    schema = adapter.json_schema(ref_template="#/components/schemas/{model}", mode=mode)
+    # A model the routes use already is FastAPI's (the same model: only number formats
+    # differ); the others are added as pydantic describes them.
+    for def_name, definition in schema.pop("$defs", {}).items():
+        schemas.setdefault(def_name, definition)
+    schemas[name] = schema

@@ -34,6 +34,7 @@ from app.service.errors import (
     AccountNotFound,
     ClassAsOfUnsupported,
     CursorGone,
+    EventIdReused,
     GrantAlreadyVoided,
     GrantNotFound,
     IdempotencyKeyReused,
@@ -77,6 +78,9 @@ INVALID_INPUT = ProblemType("invalid-input", "Input outside the allowed domain",
 TOTAL_OVERFLOW = ProblemType("total-overflow", "A total would exceed 2^53-1", 422)
 IDEMPOTENCY_KEY_REUSED = ProblemType(
     "idempotency-key-reused", "Idempotency-Key reused with a different request", 422
+)
+EVENT_ID_REUSED = ProblemType(
+    "event-id-reused", "Event id already applied to a different operation", 422
 )
 UNAUTHENTICATED = ProblemType("unauthenticated", "Missing or invalid API key", 401)
 FORBIDDEN = ProblemType("forbidden", "The API key may not do this", 403)
@@ -172,6 +176,8 @@ def describe(exc: Exception) -> Described:
         return Described(GRANT_ALREADY_VOIDED, detail, {"voided_at": exc.voided_at})
     if isinstance(exc, IdempotencyKeyReused):
         return Described(IDEMPOTENCY_KEY_REUSED, detail, {})
+    if isinstance(exc, EventIdReused):
+        return Described(EVENT_ID_REUSED, detail, {"sequence": exc.sequence})
     if isinstance(exc, AccountLimit):
         return Described(ACCOUNT_LIMIT, detail, {})
     if isinstance(exc, QuotaExceeded):
@@ -227,9 +233,8 @@ def _auth_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def _media_type_error(request: Request, exc: Exception) -> JSONResponse:
-    return problem_response(
-        UNSUPPORTED_MEDIA_TYPE, str(exc), headers={"Accept": "application/json"}
-    )
+    accept = exc.accept if isinstance(exc, UnsupportedMediaType) else "application/json"
+    return problem_response(UNSUPPORTED_MEDIA_TYPE, str(exc), headers={"Accept": accept})
 
 
 def _validation_error(request: Request, exc: Exception) -> JSONResponse:

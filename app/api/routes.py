@@ -24,11 +24,21 @@ from app.api.auth import (
 from app.api.docs import (
     BATCH_EXAMPLES,
     CONSUME_EXAMPLES,
+    EVENTS_ANSWER_EXAMPLE,
+    EVENTS_EXAMPLE,
     GRANT_EXAMPLES,
     SETTINGS_EXAMPLES,
     VOID_EXAMPLES,
 )
 from app.api.dry_run import DRY_RUN_PARAMETER, dry_run_of
+from app.api.events import (
+    EVENTS_PATH,
+    NDJSON,
+    EventStream,
+    StreamLimits,
+    is_ndjson_media_type,
+    may_stream,
+)
 from app.api.idempotent import (
     IDEMPOTENCY_KEY_PARAMETER,
     REPLAYED_HEADER,
@@ -37,7 +47,7 @@ from app.api.idempotent import (
     replayed,
 )
 from app.api.problems import Disabled, ProblemType, describe, documented, problem_response
-from app.api.routing import ANY_SCOPE, LedgerRoute, public, requires
+from app.api.routing import ANY_SCOPE, LedgerRoute, UnsupportedMediaType, public, requires
 from app.api.schemas import (
     ACCOUNT_ID_MAX_CHARS,
     ACCOUNT_PAGE_MAX,
@@ -733,3 +743,77 @@ async def apply_batch(
             operation_problem=inner.body(),
         )
     return _json(render.batch(result), render.BATCH_STATUS)
+
+
+# -- usage streams ----------------------------------------------------------------------------
+
+
+def _ndjson(line_schema: str, example: str) -> dict[str, Any]:
+    return {
+        "schema": {
+            "type": "string",
+            "format": "binary",
+            "description": f"NDJSON: one `{line_schema}` per line.",
+        },
+        "x-ndjson-line": {"$ref": f"#/components/schemas/{line_schema}"},
+        "example": example,
+    }
+
+
+EVENTS_REQUEST_BODY: dict[str, Any] = {
+    "required": True,
+    "description": (
+        "NDJSON (`application/x-ndjson`): one operation per line, each an `EventLine` (a "
+        "batch operation `grant`, `consume` or `void` with the client's `id`). Blank lines "
+        "are skipped. Limits: GPU_CREDITS_MAX_EVENT_STREAM_BYTES (body), "
+        "GPU_CREDITS_MAX_EVENT_LINE_BYTES (line), GPU_CREDITS_MAX_EVENT_LINES (lines)."
+    ),
+    # NDJSON is a sequence of JSON texts: the body is described as bytes (what a client
+    # sends, and what a generated client takes), each line's schema as the extension
+    # ``x-ndjson-line`` (OpenAPI 3.2's ``itemSchema``, which 3.1 lacks).
+    "content": {NDJSON: _ndjson("EventLine", EVENTS_EXAMPLE)},
+}
+
+
+@router.post(
+    EVENTS_PATH,
+    operation_id="streamEvents",
+    summary="A usage stream: one operation per NDJSON line, answered line by line",
+    status_code=200,
+    openapi_extra={"requestBody": EVENTS_REQUEST_BODY},
+    response_class=Response,
+    responses={
+        200: {
+            "description": (
+                "NDJSON: one `EventResultLine` per line that is not blank, in order, written "
+                "as the lines are committed. A limit reached, a pause longer than "
+                "GPU_CREDITS_BODY_TIMEOUT_S or a storage failure ends the stream with an error "
+                "line at the line it concerns; the lines answered before it stay committed."
+            ),
+            "content": {NDJSON: _ndjson("EventResultLine", EVENTS_ANSWER_EXAMPLE)},
+        },
+        **documented(401, 403, 413, 415, 422, 503),
+    },
+    tags=["credits"],
+)
+@requires(ANY_SCOPE)
+async def stream_events(request: Request) -> Any:
+    """Usage in volume: each line a grant, consumption or void naming its account, with the
+    client's `id` for it (unique per account). Lines are applied in order and committed in
+    chunks; the answer streams one result line per line as its chunk commits: the status and
+    body the single endpoint would answer, a problem document for a line that is invalid,
+    forbidden or refused (the stream goes on), or `"duplicate": true` for an id the account
+    already applied (nothing changes). A client resumes after a failure by sending again
+    from the first line without a result. Each line needs its operation's scope and
+    account; the key needs `credits:grant` or `credits:consume`."""
+    key = request.state.api_key
+    if not may_stream(key):
+        raise Forbidden("the API key lacks the scopes credits:grant and credits:consume")
+    if not is_ndjson_media_type(request.headers.get("content-type")):
+        raise UnsupportedMediaType("the request body must be NDJSON: application/x-ndjson", NDJSON)
+    ledger = _ledger(request)
+    if ledger.failure is not None:
+        raise ServiceUnavailable(ledger.failure)
+    limits = request.app.state.event_stream_limits
+    assert isinstance(limits, StreamLimits)
+    return EventStream(ledger, key, limits)

@@ -36,7 +36,9 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class UnsupportedMediaType(Exception):
-    pass
+    def __init__(self, detail: str, accept: str = "application/json") -> None:
+        super().__init__(detail)
+        self.accept = accept  # the media type the body must have
 
 
 def requires(policy: Policy) -> Callable[[_F], _F]:

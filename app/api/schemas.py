@@ -315,6 +315,72 @@ class BatchRequest(_Request):
     )
 
 
+# -- usage streams (POST /v1/events) --------------------------------------------------------
+
+EVENT_ID_PATTERN = r"^[\x21-\x7e][\x20-\x7e]{0,127}$"
+EventId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=128, pattern=EVENT_ID_PATTERN),
+    Field(
+        description=(
+            "The client's id for this line: 1 to 128 printable ASCII characters, not starting "
+            "with a space; unique per account. A line whose id the account already applied "
+            "answers `duplicate` and changes nothing."
+        ),
+        examples=["job-7781/interval-42"],
+    ),
+]
+
+
+class GrantEvent(GrantOperation):
+    id: EventId
+
+
+class ConsumeEvent(ConsumeOperation):
+    id: EventId
+
+
+class VoidEvent(VoidOperation):
+    id: EventId
+
+
+EventLine = Annotated[GrantEvent | ConsumeEvent | VoidEvent, Field(discriminator="op")]
+
+
+class EventDuplicate(BaseModel):
+    """A duplicate line: nothing changed. The first line's effect is ledger entry
+    `sequence` of `account_id` (its current state: a late write may have restated it)."""
+
+    account_id: str
+    sequence: int = Field(ge=1)
+    grant_id: int | None = Field(
+        None, description="The grant the first line made (grant) or voided (void)."
+    )
+
+
+class EventResultLine(BaseModel):
+    """One line of the answer to POST /v1/events, per request line that is not blank, in
+    order, written once the line's chunk is committed."""
+
+    line: int = Field(ge=1, description="The request line it answers, 1-based (blank lines too).")
+    id: str | None = Field(description="The line's `id`; null when the line has none to read.")
+    status: int = Field(
+        description=(
+            "The status the single endpoint would have answered (201 grant, 200 consume or "
+            "void, 200 duplicate), or the line's error status."
+        )
+    )
+    duplicate: bool | None = Field(
+        None, description="Present and true when the account had already applied this id."
+    )
+    body: GrantResponse | ConsumeResponse | VoidResponse | EventDuplicate | Problem = Field(
+        description=(
+            "What the single endpoint would have answered; for a duplicate, where the first "
+            "line's effect is; for an error, a problem document."
+        )
+    )
+
+
 class _Response(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -750,6 +816,10 @@ class Problem(BaseModel):
             "For a quota reached: the account-id prefix whose quota it is (absent: the "
             "service's own bound)."
         ),
+    )
+    sequence: int | None = Field(
+        None,
+        description="For an event id already applied to another line: the entry it made.",
     )
     operation_index: int | None = Field(
         None, description="For an aborted atomic batch: the 0-based index of the failed operation."

@@ -42,3 +42,13 @@ class BalanceOp:
 
 
 Operation = GrantOp | ConsumeOp | VoidOp | BalanceOp
+
+
+@dataclass(slots=True)
+class EventOp:
+    """A usage-stream line (``POST /v1/events``): a write with the client's id for it,
+    unique per account, and the fingerprint of what it asks (see ``EventRecord``)."""
+
+    event_id: str
+    fingerprint: str
+    op: GrantOp | ConsumeOp | VoidOp

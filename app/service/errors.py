@@ -61,6 +61,17 @@ class IdempotencyKeyReused(ServiceError):
         )
 
 
+class EventIdReused(ServiceError):
+    """A usage-stream line whose id the account already took for a different line."""
+
+    def __init__(self, account_id: str, event_id: str, sequence: int) -> None:
+        super().__init__(
+            f"event id {event_id!r} was already applied on account {account_id!r} to a "
+            f"different operation (ledger entry {sequence}); nothing was changed"
+        )
+        self.sequence = sequence
+
+
 class AccountLimit(ServiceError):
     def __init__(self, limit: int) -> None:
         super().__init__(

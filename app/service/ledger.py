@@ -22,11 +22,17 @@ from app.service.commands import (
     MAX_BATCH_OPERATIONS,
     BalanceOp,
     ConsumeOp,
+    EventOp,
     GrantOp,
     Operation,
     VoidOp,
 )
-from app.service.errors import AccountNotFound, ServiceError, ServiceUnavailable
+from app.service.errors import (
+    AccountNotFound,
+    EventIdReused,
+    ServiceError,
+    ServiceUnavailable,
+)
 from app.service.idempotency import BATCH_SCOPE, Encoder, Idempotency
 from app.service.journal import NO_LABEL, AccountState, AsOfRead, Label
 from app.service.limits import Limits
@@ -38,6 +44,8 @@ from app.service.results import (
     BalanceView,
     BatchOutcome,
     ConsumptionReceipt,
+    Duplicate,
+    EventResult,
     ForecastView,
     GrantReceipt,
     GrantView,
@@ -50,6 +58,7 @@ from app.storage.base import (
     MAX_GRANT_IDS_PER_READ,
     Change,
     Entry,
+    EventRecord,
     GrantEntry,
     IdempotencyRecord,
     VoidEntry,
@@ -111,7 +120,8 @@ class Ledger:
         return await self._port.schema_version()
 
     async def prune_idempotency(self) -> int:
-        """Forget Idempotency-Keys older than the retention period."""
+        """Forget Idempotency-Keys and usage-stream event ids older than the retention
+        period."""
         cutoff_s = self._wall_clock_s() - self._limits.idempotency_ttl_s
         return await self._port.prune_idempotency(cutoff_s)
 
@@ -288,6 +298,79 @@ class Ledger:
             await uow.commit(changes, key)
         self._observer.batch(operations, outcome, changes)
         return outcome
+
+    async def events(
+        self, lines: Sequence[EventOp], submitted: Callable[[], None] | None = None
+    ) -> list[EventResult]:
+        """Apply one chunk of a usage stream, in order, with one commit: each line as a
+        non-atomic batch would apply its operation, unless its account already took its id.
+        A line whose id the account took for the same operation is a ``Duplicate`` (nothing
+        changes); for another operation, ``EventIdReused``. An applied line's id is stored
+        with its change, in the same commit, so it is taken exactly when its effect is
+        durable. A refused line takes no id: sent again, it is judged again. The ids of one
+        chunk are distinct per account (the caller cuts a chunk before a repeated one, so
+        the repeat is judged against a committed record). ``submitted`` is called once the
+        changes are submitted, before they are durable."""
+        self._check_serving()
+        assert 1 <= len(lines) <= MAX_BATCH_OPERATIONS
+        keys = [(line.op.account_id, line.event_id) for line in lines]
+        assert len(set(keys)) == len(keys), "one chunk takes an id once per account"
+        account_ids = sorted({account_id for account_id, _ in keys})
+        async with self._port.unit_of_work(account_ids) as uow:
+            taken = await uow.event_records(keys)
+            answers: list[EventResult | None] = [None] * len(lines)
+            fresh: list[int] = []
+            for index, line in enumerate(lines):
+                record = taken.get(keys[index])
+                if record is not None:
+                    if record.fingerprint == line.fingerprint:
+                        answers[index] = Duplicate(
+                            record.account_id, record.sequence, record.grant_id
+                        )
+                    else:
+                        answers[index] = EventIdReused(
+                            record.account_id, record.event_id, record.sequence
+                        )
+                    continue
+                try:
+                    uow.take_event_room(line.op.account_id)
+                except ServiceError as exc:
+                    answers[index] = exc
+                    continue
+                fresh.append(index)
+            changes: list[Change] = []
+            if fresh:
+                operations = [lines[i].op for i in fresh]
+                held = {a: s for a in account_ids if (s := uow.account(a)) is not None}
+                records = await _grant_records(operations, held, uow)
+                outcome, changes = self._apply_batch(uow, operations, False, held, {}, records)
+                now_s = self._wall_clock_s()
+                made = iter(changes)
+                for index, result in zip(fresh, outcome.results, strict=True):
+                    line = lines[index]
+                    if isinstance(result, GrantReceipt | ConsumptionReceipt | VoidReceipt):
+                        grant_id = (
+                            None if isinstance(result, ConsumptionReceipt) else result.grant_id
+                        )
+                        next(made).event = EventRecord(
+                            line.op.account_id,
+                            line.event_id,
+                            line.fingerprint,
+                            result.sequence,
+                            grant_id,
+                            now_s,
+                        )
+                        answers[index] = result
+                    else:
+                        assert isinstance(result, Exception), "a stream has no reads"
+                        answers[index] = result
+            await uow.commit(changes, None)
+            if submitted is not None:
+                # The changes are on their way while the accounts are still held: a unit
+                # of work on them begun from now on comes after these changes.
+                submitted()
+        assert all(a is not None for a in answers)
+        return [a for a in answers if a is not None]
 
     def _apply_batch(
         self,

@@ -184,6 +184,19 @@ Result = GrantReceipt | ConsumptionReceipt | VoidReceipt | BalanceView
 
 
 @dataclass(slots=True)
+class Duplicate:
+    """A usage-stream line whose id the account had already applied: nothing changed; where
+    the first one's effect is (its ledger entry, and the grant it made or voided)."""
+
+    account_id: str
+    sequence: int
+    grant_id: int | None
+
+
+EventResult = GrantReceipt | ConsumptionReceipt | VoidReceipt | Duplicate | Exception
+
+
+@dataclass(slots=True)
 class BatchOutcome:
     """One result per operation, in order: a receipt or view, or the error it raised. For an
     atomic batch that failed: just the error, at ``failed_index``, and nothing applied."""

@@ -19,7 +19,14 @@ from app.service.errors import QuotaExceeded
 from app.service.idempotency import Idempotency
 from app.service.journal import AccountState, AsOfRead
 from app.service.results import Answer, BalanceView, GrantView, LiveGrantView
-from app.storage.base import Change, Entry, GrantEntry, IdempotencyRecord, VoidEntry
+from app.storage.base import (
+    Change,
+    Entry,
+    EventRecord,
+    GrantEntry,
+    IdempotencyRecord,
+    VoidEntry,
+)
 
 
 class UnitOfWork(Protocol):
@@ -32,6 +39,19 @@ class UnitOfWork(Protocol):
     def make_room_for_key(self, scope: str) -> None:
         """Refuse (``IdempotencyKeysFull``, ``QuotaExceeded``) a new key the bounds on keys
         held would not allow."""
+        ...
+
+    async def event_records(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> Mapping[tuple[str, str], EventRecord]:
+        """The records of the usage-stream ids among these (account, event id) pairs of the
+        held accounts that earlier requests applied (waiting until they are durable)."""
+        ...
+
+    def take_event_room(self, account_id: str) -> None:
+        """Room for one more event id on the account, or ``IdempotencyKeysFull`` /
+        ``QuotaExceeded`` (event ids count as Idempotency-Keys). Room taken and not used by
+        a committed change's ``event`` is given back when the unit of work ends."""
         ...
 
     def account(self, account_id: str) -> AccountState | None:
@@ -106,7 +126,8 @@ class LedgerPort(Protocol):
         ...
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
-        """Forget Idempotency-Keys created before ``min_created_at_s``; how many."""
+        """Forget Idempotency-Keys and usage-stream event ids created before
+        ``min_created_at_s``; how many."""
         ...
 
     async def outstanding_debt(self) -> int:

@@ -39,6 +39,8 @@ from app.observe import Observer
 
 # Grant ids one read_grant_entries call takes: one SQL statement's parameters stay bounded.
 MAX_GRANT_IDS_PER_READ: Final = 500
+# Event ids one read_event_ids call takes (a usage stream's chunk: see app.api.events).
+MAX_EVENT_IDS_PER_READ: Final = 10_000
 
 # Ledger entries: one typed record per kind, from the service to the API (no untyped
 # details cross a layer; ``app.storage.rows`` alone turns the kind-specific members into the
@@ -150,6 +152,20 @@ class IdempotencyRecord:
 
 
 @dataclass(slots=True)
+class EventRecord:
+    """A usage-stream line applied (``POST /v1/events``): its client id, unique per account,
+    and where its effect is, so a replay of the line answers ``duplicate`` and changes
+    nothing. Kept as long as Idempotency-Keys are (the same retention and sweep)."""
+
+    account_id: str
+    event_id: str
+    fingerprint: str  # hash of what the line asked: the same id with another line is refused
+    sequence: int  # the ledger entry the line made
+    grant_id: int | None  # the grant a grant line made or a void line voided; None otherwise
+    created_at_s: float  # wall clock, seconds since the epoch: drives retention only
+
+
+@dataclass(slots=True)
 class AccountRow:
     account_id: str
     clock: int
@@ -192,6 +208,8 @@ class Change:
     restated: list[Entry] = field(default_factory=list)
     removed_sequences: list[int] = field(default_factory=list)
     checkpoint: Checkpoint | None = None
+    # The usage-stream line that made this change, when one did (its id is then taken).
+    event: EventRecord | None = None
 
 
 @dataclass(slots=True)
@@ -221,6 +239,7 @@ class LoadedState:
 
     accounts: dict[str, LoadedAccount] = field(default_factory=dict)
     idempotency: list[IdempotencyRecord] = field(default_factory=list)
+    event_ids: list[EventRecord] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,6 +423,17 @@ class StorageBackend(Protocol):
         """Drop idempotency records created before ``min_created_at_s``; return how many."""
         ...
 
+    async def read_event_ids(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], EventRecord]:
+        """The committed event records among these (account id, event id) pairs (at most
+        ``MAX_EVENT_IDS_PER_READ``)."""
+        ...
+
+    async def prune_event_ids(self, min_created_at_s: float) -> int:
+        """Drop event records created before ``min_created_at_s``; return how many."""
+        ...
+
 
 @runtime_checkable  # app.main tells the two ways of writing apart with isinstance
 class EmbeddedJournal(StorageBackend, Protocol):
@@ -469,6 +499,13 @@ class Transaction(Protocol):
 
     async def lock_key(self, scope: str, key: str) -> IdempotencyRecord | None:
         """Serialise requests with this key, then read its record."""
+        ...
+
+    async def read_event_ids(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], EventRecord]:
+        """The event records among these pairs, within the transaction (their accounts'
+        rows are locked by it, so no other transaction adds one meanwhile)."""
         ...
 
     async def write(

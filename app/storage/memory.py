@@ -25,11 +25,13 @@ from app.observe import NULL_OBSERVER, Observer
 from app.storage import rows
 from app.storage.base import (
     ACCOUNT_ID_END,
+    MAX_EVENT_IDS_PER_READ,
     MAX_GRANT_IDS_PER_READ,
     AccountRow,
     Change,
     Checkpoint,
     Entry,
+    EventRecord,
     ExpirationEntry,
     GrantEntry,
     IdempotencyRecord,
@@ -67,6 +69,7 @@ class MemoryStore:
         # Dropped by the ledger's hourly prune: at most the keys of the retention period
         # and one sweep interval.
         self._keys: dict[tuple[str, str], IdempotencyRecord] = {}
+        self._event_ids: dict[tuple[str, str], EventRecord] = {}  # the same retention
         self._failure: StorageError | None = None
 
     async def open(self, idempotency_min_created_at_s: float) -> LoadedState:
@@ -154,6 +157,9 @@ class MemoryStore:
         record = change.idempotency
         if record is not None:
             self._keys[(record.scope, record.key)] = record
+        event = change.event
+        if event is not None:
+            self._event_ids[(event.account_id, event.event_id)] = event
 
     async def check(self) -> str | None:
         return None if self._failure is None else str(self._failure)  # no files to lose
@@ -262,6 +268,18 @@ class MemoryStore:
         old = [k for k, r in self._keys.items() if r.created_at_s < min_created_at_s]
         for k in old:
             del self._keys[k]
+        return len(old)
+
+    async def read_event_ids(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], EventRecord]:
+        assert len(keys) <= MAX_EVENT_IDS_PER_READ
+        return {k: r for k in keys if (r := self._event_ids.get(k)) is not None}
+
+    async def prune_event_ids(self, min_created_at_s: float) -> int:
+        old = [k for k, r in self._event_ids.items() if r.created_at_s < min_created_at_s]
+        for k in old:
+            del self._event_ids[k]
         return len(old)
 
 

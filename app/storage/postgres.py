@@ -37,11 +37,13 @@ from app.observe import NULL_OBSERVER, Observer
 from app.storage import migrations, rows
 from app.storage.base import (
     ACCOUNT_ID_END,
+    MAX_EVENT_IDS_PER_READ,
     MAX_GRANT_IDS_PER_READ,
     AccountRow,
     Change,
     Checkpoint,
     Entry,
+    EventRecord,
     EventTime,
     ExpirationEntry,
     GrantEntry,
@@ -61,6 +63,7 @@ from app.storage.migrations import Migration
 from app.storage.rows import (
     CHECKPOINT_COLUMNS,
     ENTRY_COLUMNS,
+    EVENT_ID_COLUMNS,
     IDEMPOTENCY_COLUMNS,
     LIVE_GRANT_COLUMNS,
     columns,
@@ -210,6 +213,22 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         );
         """,
     ),
+    (
+        7,
+        # Usage streams (POST /v1/events): as SQLite's migration 6.
+        """
+        CREATE TABLE event_ids (
+            account_id text NOT NULL,
+            event_id text NOT NULL,
+            fingerprint text NOT NULL,
+            sequence bigint NOT NULL,
+            grant_id bigint,
+            created_at_s double precision NOT NULL,
+            PRIMARY KEY (account_id, event_id)
+        );
+        CREATE INDEX event_ids_by_age ON event_ids (created_at_s);
+        """,
+    ),
 )
 # The last entry at or before a time (reads are safe: an as-of read is answered from here).
 _TOTALS_AT = (
@@ -331,6 +350,17 @@ _DELETE_LIVE_GRANT = "DELETE FROM live_grants WHERE account_id = $1 AND grant_id
 _INSERT_IDEMPOTENCY = (
     f"INSERT INTO idempotency ({columns(IDEMPOTENCY_COLUMNS)}) VALUES ($1, $2, $3, $4, $5, $6)"
 )
+# ON CONFLICT: an expired id the sweep has not deleted yet may be taken again.
+_INSERT_EVENT_ID = (
+    f"INSERT INTO event_ids ({columns(EVENT_ID_COLUMNS)}) VALUES ($1, $2, $3, $4, $5, $6) "
+    "ON CONFLICT (account_id, event_id) DO UPDATE SET fingerprint = excluded.fingerprint, "
+    "sequence = excluded.sequence, grant_id = excluded.grant_id, "
+    "created_at_s = excluded.created_at_s"
+)
+_SELECT_EVENT_IDS = (
+    f"SELECT {columns(EVENT_ID_COLUMNS)} FROM event_ids "
+    "WHERE (account_id, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
+)
 _UPDATE_ACCOUNT = (
     "UPDATE accounts SET clock = $2, debt = $3, available = $4, next_grant_id = $5, "
     "next_sequence = $6, version = $7, debts = $8::jsonb, watermark = $9, "
@@ -432,6 +462,11 @@ class PgTransaction:
         row = await self._conn.fetchrow(_SELECT_IDEMPOTENCY, scope, key)
         return None if row is None else _idempotency(row)
 
+    async def read_event_ids(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], EventRecord]:
+        return await _read_event_ids(self._conn, keys)
+
     async def write(
         self, changes: Sequence[Change], available: dict[str, int], versions: dict[str, int]
     ) -> dict[str, int]:
@@ -454,6 +489,8 @@ class PgTransaction:
             await conn.executemany(_UPSERT_CHECKPOINT, group.checkpoints)
         if group.idempotency:
             await conn.executemany(_INSERT_IDEMPOTENCY, group.idempotency)
+        if group.event_ids:
+            await conn.executemany(_INSERT_EVENT_ID, group.event_ids)
         new_versions = {account_id: versions[account_id] + 1 for account_id in group.accounts}
         if group.accounts:
             await conn.executemany(
@@ -504,6 +541,7 @@ class PostgresStore:
             await migrate(conn)
         if idempotency_min_created_at_s is not None:
             await self.prune_idempotency(idempotency_min_created_at_s)
+            await self.prune_event_ids(idempotency_min_created_at_s)
         return LoadedState()
 
     async def check(self) -> str | None:
@@ -822,6 +860,30 @@ class PostgresStore:
                 "DELETE FROM idempotency WHERE created_at_s < $1", min_created_at_s
             )
         return int(status.split()[-1])
+
+    async def read_event_ids(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], EventRecord]:
+        async with self._connection() as conn:
+            return await _read_event_ids(conn, keys)
+
+    async def prune_event_ids(self, min_created_at_s: float) -> int:
+        async with self._connection() as conn:
+            status = await conn.execute(
+                "DELETE FROM event_ids WHERE created_at_s < $1", min_created_at_s
+            )
+        return int(status.split()[-1])
+
+
+async def _read_event_ids(
+    conn: Connection, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], EventRecord]:
+    assert len(keys) <= MAX_EVENT_IDS_PER_READ
+    if not keys:
+        return {}
+    found = await conn.fetch(_SELECT_EVENT_IDS, [k[0] for k in keys], [k[1] for k in keys])
+    records = [EventRecord(*row.values()) for row in found]
+    return {(r.account_id, r.event_id): r for r in records}
 
 
 async def _read_writes(

@@ -80,6 +80,15 @@ IDEMPOTENCY_COLUMNS: Final = (
     "body",
     "created_at_s",
 )
+# Usage-stream lines applied (POST /v1/events), by client id per account: see EventRecord.
+EVENT_ID_COLUMNS: Final = (
+    "account_id",
+    "event_id",
+    "fingerprint",
+    "sequence",  # the ledger entry the line made
+    "grant_id",  # the grant it made or voided; NULL for a consumption
+    "created_at_s",
+)
 MIGRATION_COLUMNS: Final = ("version", "applied_at")
 
 # Every shared table and its columns, in order.
@@ -89,6 +98,7 @@ SHARED_TABLES: Final[dict[str, tuple[str, ...]]] = {
     "entries": ENTRY_COLUMNS,
     "checkpoints": CHECKPOINT_COLUMNS,
     "idempotency": IDEMPOTENCY_COLUMNS,
+    "event_ids": EVENT_ID_COLUMNS,
     "schema_migrations": MIGRATION_COLUMNS,
 }
 # What one backend has and the other does not, and why.
@@ -115,6 +125,7 @@ LiveGrantValues = tuple[str, int, int, int, str | None, int]
 CheckpointValues = tuple[str, int, int, str]
 AccountValues = tuple[str, int, int, int, int, str | None, int, int | None, int]
 IdempotencyValues = tuple[str, str, str, int, bytes, float]
+EventIdValues = tuple[str, str, str, int, int | None, float]
 
 
 @dataclass(slots=True)
@@ -130,6 +141,7 @@ class Rows:
     live_grant_upserts: list[LiveGrantValues] = field(default_factory=list)
     live_grant_deletes: list[tuple[str, int]] = field(default_factory=list)
     idempotency: list[IdempotencyValues] = field(default_factory=list)
+    event_ids: list[EventIdValues] = field(default_factory=list)
     checkpoints: list[CheckpointValues] = field(default_factory=list)
 
     def account_values(self) -> list[AccountValues]:
@@ -219,6 +231,18 @@ def encode(changes: Sequence[Change]) -> Rows:
             rows.idempotency.append(
                 (r.scope, r.key, r.fingerprint, r.status_code, r.body, r.created_at_s)
             )
+        ev = change.event
+        if ev is not None:
+            rows.event_ids.append(
+                (
+                    ev.account_id,
+                    ev.event_id,
+                    ev.fingerprint,
+                    ev.sequence,
+                    ev.grant_id,
+                    ev.created_at_s,
+                )
+            )
     for key, values in live.items():
         if values is None:
             rows.live_grant_deletes.append(key)
@@ -258,7 +282,8 @@ def check_changes(changes: Sequence[Change]) -> None:
     before them; no two entries share a position; none passes its clock; each upserted live
     grant belongs to a grant already made, has credits left and expires after the clock; no
     live grant is both upserted and removed, or named twice; a checkpoint lies at or before
-    the watermark; an idempotency record carries its body. Across the group, per account, in
+    the watermark; an idempotency record carries its body; an event record names one of the
+    change's new entries. Across the group, per account, in
     order: the new entries go on where the previous change's ended, and the clock, the
     watermark and the next grant id never go back.
     """
@@ -297,6 +322,13 @@ def check_changes(changes: Sequence[Change]) -> None:
             assert r.key, "an idempotency record has a key"
             assert r.body is not None, "an idempotency record is written with its body"
             assert 100 <= r.status_code <= 599, f"status {r.status_code} is not HTTP"
+        ev = change.event
+        if ev is not None:
+            assert ev.account_id == account_id, "an event record is its change's account's"
+            assert ev.event_id, "an event record has an id"
+            assert any(e.sequence == ev.sequence for e in change.entries), (
+                f"{account_id}: event {ev.event_id!r} names entry {ev.sequence}, not its own"
+            )
 
 
 def _check_entries(change: Change) -> None:

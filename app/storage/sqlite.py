@@ -58,11 +58,13 @@ from app.observe import NULL_OBSERVER, Observer
 from app.storage import migrations, rows
 from app.storage.base import (
     ACCOUNT_ID_END,
+    MAX_EVENT_IDS_PER_READ,
     MAX_GRANT_IDS_PER_READ,
     AccountRow,
     Change,
     Checkpoint,
     Entry,
+    EventRecord,
     ExpirationEntry,
     GrantEntry,
     IdempotencyRecord,
@@ -81,6 +83,7 @@ from app.storage.rows import (
     ACCOUNT_COLUMNS,
     CHECKPOINT_COLUMNS,
     ENTRY_COLUMNS,
+    EVENT_ID_COLUMNS,
     IDEMPOTENCY_COLUMNS,
     LIVE_GRANT_COLUMNS,
     columns,
@@ -213,6 +216,23 @@ CREATE TABLE checkpoints (
 ) WITHOUT ROWID;
 """,
     ),
+    (
+        6,
+        # Usage streams (POST /v1/events): the client ids of the lines applied, per account,
+        # with the entry each made; kept and swept as Idempotency-Keys are.
+        """
+CREATE TABLE event_ids (
+    account_id TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    sequence INTEGER NOT NULL,
+    grant_id INTEGER,
+    created_at_s REAL NOT NULL,
+    PRIMARY KEY (account_id, event_id)
+) WITHOUT ROWID;
+CREATE INDEX event_ids_by_age ON event_ids (created_at_s);
+""",
+    ),
 )
 _CREATE_MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -256,6 +276,10 @@ _INSERT_CHECKPOINT = (
 # a new request may reuse the key meanwhile.
 _INSERT_IDEMPOTENCY = (
     f"INSERT OR REPLACE INTO idempotency ({columns(IDEMPOTENCY_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)"
+)
+# OR REPLACE: as for keys, an expired id may be forgotten before the sweep deletes its row.
+_INSERT_EVENT_ID = (
+    f"INSERT OR REPLACE INTO event_ids ({columns(EVENT_ID_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)"
 )
 _ENTRY_FIELDS = "sequence, kind, timestamp, available, debt, details, revision"
 _ACCOUNT_FIELDS = columns(ACCOUNT_COLUMNS)
@@ -529,6 +553,9 @@ class SqliteStore:
         conn.execute(
             "DELETE FROM idempotency WHERE created_at_s < ?", (idempotency_min_created_at_s,)
         )
+        conn.execute(
+            "DELETE FROM event_ids WHERE created_at_s < ?", (idempotency_min_created_at_s,)
+        )
         self._read_conn = _connect(self._path)
         # Reads (as-of balances, ledger pages) descend the entries' indexes at random
         # places: with SQLite's default 2 MiB cache a long history reads most pages from the
@@ -570,6 +597,8 @@ class SqliteStore:
             state.idempotency.append(
                 IdempotencyRecord(scope, key, fp, status_code, None, created_at_s)
             )
+        for values in conn.execute(f"SELECT {columns(EVENT_ID_COLUMNS)} FROM event_ids"):
+            state.event_ids.append(EventRecord(*values))
         return state
 
     def _lock_database_file(self) -> int:
@@ -796,6 +825,8 @@ class SqliteStore:
             conn.execute("BEGIN IMMEDIATE")
             if group.idempotency:
                 conn.executemany(_INSERT_IDEMPOTENCY, group.idempotency)
+            if group.event_ids:
+                conn.executemany(_INSERT_EVENT_ID, group.event_ids)
             if group.entries:
                 conn.executemany(_INSERT_ENTRY, group.entries)
             if group.restated_entries:
@@ -1002,6 +1033,40 @@ class SqliteStore:
         conn = self._write_conn
         assert conn is not None, "store is not open"
         cursor = conn.execute("DELETE FROM idempotency WHERE created_at_s < ?", (min_created_at_s,))
+        return cursor.rowcount
+
+    async def read_event_ids(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], EventRecord]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reader, self._read_event_ids, list(keys))
+
+    def _read_event_ids(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], EventRecord]:
+        assert len(keys) <= MAX_EVENT_IDS_PER_READ
+        conn = self._read_conn
+        assert conn is not None, "store is not open"
+        found: dict[tuple[str, str], EventRecord] = {}
+        # One statement per bounded slice of pairs (SQLite's parameter limit is 32,766).
+        for start in range(0, len(keys), 500):
+            part = keys[start : start + 500]
+            pairs = ", ".join("(?, ?)" for _ in part)
+            query = (
+                f"SELECT {columns(EVENT_ID_COLUMNS)} FROM event_ids "
+                f"WHERE (account_id, event_id) IN (VALUES {pairs})"
+            )
+            for values in conn.execute(query, [v for pair in part for v in pair]):
+                record = EventRecord(*values)
+                found[(record.account_id, record.event_id)] = record
+        return found
+
+    async def prune_event_ids(self, min_created_at_s: float) -> int:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._writer, self._prune_event_ids, min_created_at_s)
+
+    def _prune_event_ids(self, min_created_at_s: float) -> int:
+        conn = self._write_conn
+        assert conn is not None, "store is not open"
+        cursor = conn.execute("DELETE FROM event_ids WHERE created_at_s < ?", (min_created_at_s,))
         return cursor.rowcount
 
 

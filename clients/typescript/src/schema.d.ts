@@ -359,6 +359,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A usage stream: one operation per NDJSON line, answered line by line
+         * @description Usage in volume: each line a grant, consumption or void naming its account, with the
+         *     client's `id` for it (unique per account). Lines are applied in order and committed in
+         *     chunks; the answer streams one result line per line as its chunk commits: the status and
+         *     body the single endpoint would answer, a problem document for a line that is invalid,
+         *     forbidden or refused (the stream goes on), or `"duplicate": true` for an id the account
+         *     already applied (nothing changes). A client resumes after a failure by sending again
+         *     from the first line without a result. Each line needs its operation's scope and
+         *     account; the key needs `credits:grant` or `credits:consume`.
+         */
+        post: operations["streamEvents"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -545,6 +572,39 @@ export interface components {
              */
             body: components["schemas"]["GrantResponse"] | components["schemas"]["ConsumeResponse"] | components["schemas"]["VoidResponse"] | components["schemas"]["BalanceResponse"] | components["schemas"]["Problem"];
         };
+        /** ConsumeEvent */
+        ConsumeEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            op: "consume";
+            /** Account Id */
+            account_id: string;
+            /**
+             * Amount
+             * @description Credits, 1 to 2^53-1.
+             * @example 100
+             */
+            amount: number;
+            /**
+             * Timestamp
+             * @description Caller's time, 0 to 2^53-1; never decreases per account.
+             */
+            timestamp: number;
+            /**
+             * Resource
+             * @description The GPU class the usage ran on: grants that list it or are unrestricted pay. Omitted or null: no class; only unrestricted grants pay.
+             * @default null
+             */
+            resource?: string | null;
+            /**
+             * Id
+             * @description The client's id for this line: 1 to 128 printable ASCII characters, not starting with a space; unique per account. A line whose id the account already applied answers `duplicate` and changes nothing.
+             * @example job-7781/interval-42
+             */
+            id: string;
+        };
         /** ConsumeOperation */
         ConsumeOperation: {
             /**
@@ -707,6 +767,57 @@ export interface components {
              * @description The GPU class it ran on; null: none.
              */
             resource: string | null;
+        };
+        /**
+         * EventDuplicate
+         * @description A duplicate line: nothing changed. The first line's effect is ledger entry
+         *     `sequence` of `account_id` (its current state: a late write may have restated it).
+         */
+        EventDuplicate: {
+            /** Account Id */
+            account_id: string;
+            /** Sequence */
+            sequence: number;
+            /**
+             * Grant Id
+             * @description The grant the first line made (grant) or voided (void).
+             * @default null
+             */
+            grant_id?: number | null;
+        };
+        EventLine: components["schemas"]["GrantEvent"] | components["schemas"]["ConsumeEvent"] | components["schemas"]["VoidEvent"];
+        /**
+         * EventResultLine
+         * @description One line of the answer to POST /v1/events, per request line that is not blank, in
+         *     order, written once the line's chunk is committed.
+         */
+        EventResultLine: {
+            /**
+             * Line
+             * @description The request line it answers, 1-based (blank lines too).
+             */
+            line: number;
+            /**
+             * Id
+             * @description The line's `id`; null when the line has none to read.
+             */
+            id: string | null;
+            /**
+             * Status
+             * @description The status the single endpoint would have answered (201 grant, 200 consume or void, 200 duplicate), or the line's error status.
+             */
+            status: number;
+            /**
+             * Duplicate
+             * @description Present and true when the account had already applied this id.
+             * @default null
+             */
+            duplicate?: boolean | null;
+            /**
+             * Body
+             * @description What the single endpoint would have answered; for a duplicate, where the first line's effect is; for an error, a problem document.
+             */
+            body: components["schemas"]["GrantResponse"] | components["schemas"]["ConsumeResponse"] | components["schemas"]["VoidResponse"] | components["schemas"]["EventDuplicate"] | components["schemas"]["Problem"];
         };
         /** ExpirationEntry */
         ExpirationEntry: {
@@ -977,6 +1088,55 @@ export interface components {
             metadata: {
                 [key: string]: string;
             } | null;
+        };
+        /** GrantEvent */
+        GrantEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            op: "grant";
+            /** Account Id */
+            account_id: string;
+            /**
+             * Amount
+             * @description Credits, 1 to 2^53-1.
+             * @example 100
+             */
+            amount: number;
+            /**
+             * Timestamp
+             * @description Caller's time, 0 to 2^53-1; never decreases per account.
+             */
+            timestamp: number;
+            /**
+             * Expiry
+             * @description First time at which the credits are no longer usable (exclusive end).
+             */
+            expiry: number;
+            /**
+             * Resources
+             * @default null
+             */
+            resources?: string[] | null;
+            /**
+             * Name
+             * @default null
+             */
+            name?: string | null;
+            /**
+             * Metadata
+             * @default null
+             */
+            metadata?: {
+                [key: string]: string;
+            } | null;
+            /**
+             * Id
+             * @description The client's id for this line: 1 to 128 printable ASCII characters, not starting with a space; unique per account. A line whose id the account already applied answers `duplicate` and changes nothing.
+             * @example job-7781/interval-42
+             */
+            id: string;
         };
         /** GrantOperation */
         GrantOperation: {
@@ -1270,6 +1430,11 @@ export interface components {
              */
             tenant?: string | null;
             /**
+             * Sequence
+             * @description For an event id already applied to another line: the entry it made.
+             */
+            sequence?: number | null;
+            /**
              * Operation Index
              * @description For an aborted atomic batch: the 0-based index of the failed operation.
              */
@@ -1358,6 +1523,29 @@ export interface components {
              * @description The grant's live remainder removed (0 if it was used up or expired).
              */
             amount: number;
+        };
+        /** VoidEvent */
+        VoidEvent: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            op: "void";
+            /** Account Id */
+            account_id: string;
+            /** Grant Id */
+            grant_id: number;
+            /**
+             * Timestamp
+             * @description Caller's time, 0 to 2^53-1; never decreases per account.
+             */
+            timestamp: number;
+            /**
+             * Id
+             * @description The client's id for this line: 1 to 128 printable ASCII characters, not starting with a space; unique per account. A line whose id the account already applied answers `duplicate` and changes nothing.
+             * @example job-7781/interval-42
+             */
+            id: string;
         };
         /** VoidOperation */
         VoidOperation: {
@@ -3428,6 +3616,142 @@ export interface operations {
             };
             /** @description Timestamp earlier than the account's watermark (`watermark`; `account_timestamp` is its latest), a grant already voided (`voided_at`), or a limit reached: live grants per account, accounts. */
             409: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request body larger than the limit (GPU_CREDITS_MAX_BODY_BYTES). */
+            413: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description URL longer than the limit. */
+            414: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not `application/json`. */
+            415: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
+            422: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request headers larger than the limit. */
+            431: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry later (`Retry-After`). `unavailable`: storage failed or the database is unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on PostgreSQL): the database connection was lost while the change was being committed, so it may or may not have been applied; retry with the same Idempotency-Key to get its answer. `idempotency-keys-full`: too many Idempotency-Keys held. */
+            503: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    streamEvents: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description NDJSON (`application/x-ndjson`): one operation per line, each an `EventLine` (a batch operation `grant`, `consume` or `void` with the client's `id`). Blank lines are skipped. Limits: GPU_CREDITS_MAX_EVENT_STREAM_BYTES (body), GPU_CREDITS_MAX_EVENT_LINE_BYTES (line), GPU_CREDITS_MAX_EVENT_LINES (lines). */
+        requestBody: {
+            content: {
+                /**
+                 * @example {"id": "grant-2026-06", "op": "grant", "account_id": "team-a:acme", "amount": 1000, "timestamp": 0, "expiry": 720}
+                 *     {"id": "job-17/0", "op": "consume", "account_id": "team-a:acme", "amount": 40, "timestamp": 60, "resource": null}
+                 *     {"id": "job-17/0", "op": "consume", "account_id": "team-a:acme", "amount": 40, "timestamp": 60}
+                 */
+                "application/x-ndjson": string;
+            };
+        };
+        responses: {
+            /** @description NDJSON: one `EventResultLine` per line that is not blank, in order, written as the lines are committed. A limit reached, a pause longer than GPU_CREDITS_BODY_TIMEOUT_S or a storage failure ends the stream with an error line at the line it concerns; the lines answered before it stay committed. */
+            200: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {"line":1,"id":"grant-2026-06","status":201,"body":{"account_id":"team-a:acme","grant_id":1,"sequence":1,"timestamp":0,"amount":1000,"expiry":720,"balance":1000,"available":1000,"debt":0,"settled_debt":0,"retained":1000,"name":null,"metadata":null,"resources":null,"watermark":0,"restated":0}}
+                     *     {"line":2,"id":"job-17/0","status":200,"body":{"account_id":"team-a:acme","sequence":2,"timestamp":60,"amount":40,"balance":960,"available":960,"debt":0,"consumed":40,"debt_added":0,"allocation":[{"grant_id":1,"expiry":720,"amount":40,"resources":null}],"resource":null,"watermark":60,"restated":0}}
+                     *     {"line":3,"id":"job-17/0","status":200,"duplicate":true,"body":{"account_id":"team-a:acme","sequence":2}}
+                     */
+                    "application/x-ndjson": string;
+                };
+            };
+            /** @description Malformed HTTP or JSON. */
+            400: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Missing or unknown API key (only when keys are configured). */
+            401: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not touch this account. */
+            403: {
+                headers: {
+                    "X-Request-ID": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request headers or body not received in time. */
+            408: {
                 headers: {
                     "X-Request-ID": components["headers"]["RequestId"];
                     [name: string]: unknown;

@@ -10,10 +10,13 @@ from .batch_request import BatchRequest
 from .batch_response import BatchResponse
 from .batch_result import BatchResult
 from .batch_result_op import BatchResultOp
+from .consume_event import ConsumeEvent
 from .consume_operation import ConsumeOperation
 from .consume_request import ConsumeRequest
 from .consume_response import ConsumeResponse
 from .consumption_entry import ConsumptionEntry
+from .event_duplicate import EventDuplicate
+from .event_result_line import EventResultLine
 from .expiration_entry import ExpirationEntry
 from .forecast_grant import ForecastGrant
 from .forecast_response import ForecastResponse
@@ -21,6 +24,8 @@ from .grant_detail_response import GrantDetailResponse
 from .grant_detail_response_metadata_type_0 import GrantDetailResponseMetadataType0
 from .grant_entry import GrantEntry
 from .grant_entry_metadata_type_0 import GrantEntryMetadataType0
+from .grant_event import GrantEvent
+from .grant_event_metadata_type_0 import GrantEventMetadataType0
 from .grant_operation import GrantOperation
 from .grant_operation_metadata_type_0 import GrantOperationMetadataType0
 from .grant_request import GrantRequest
@@ -38,6 +43,7 @@ from .validation_issue import ValidationIssue
 from .version_info import VersionInfo
 from .version_info_storage import VersionInfoStorage
 from .void_entry import VoidEntry
+from .void_event import VoidEvent
 from .void_operation import VoidOperation
 from .void_request import VoidRequest
 from .void_response import VoidResponse
@@ -53,10 +59,13 @@ __all__ = (
     "BatchResponse",
     "BatchResult",
     "BatchResultOp",
+    "ConsumeEvent",
     "ConsumeOperation",
     "ConsumeRequest",
     "ConsumeResponse",
     "ConsumptionEntry",
+    "EventDuplicate",
+    "EventResultLine",
     "ExpirationEntry",
     "ForecastGrant",
     "ForecastResponse",
@@ -64,6 +73,8 @@ __all__ = (
     "GrantDetailResponseMetadataType0",
     "GrantEntry",
     "GrantEntryMetadataType0",
+    "GrantEvent",
+    "GrantEventMetadataType0",
     "GrantOperation",
     "GrantOperationMetadataType0",
     "GrantRequest",
@@ -81,6 +92,7 @@ __all__ = (
     "VersionInfo",
     "VersionInfoStorage",
     "VoidEntry",
+    "VoidEvent",
     "VoidOperation",
     "VoidRequest",
     "VoidResponse",

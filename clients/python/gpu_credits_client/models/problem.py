@@ -40,6 +40,7 @@ class Problem:
         quota (None | str | Unset): For a quota reached: which one (`accounts`, `live grants`, `idempotency keys`).
         tenant (None | str | Unset): For a quota reached: the account-id prefix whose quota it is (absent: the service's
             own bound).
+        sequence (int | None | Unset): For an event id already applied to another line: the entry it made.
         operation_index (int | None | Unset): For an aborted atomic batch: the 0-based index of the failed operation.
         operation_problem (None | ProblemOperationProblemType0 | Unset): For an aborted atomic batch: the failed
             operation's problem document.
@@ -58,6 +59,7 @@ class Problem:
     voided_at: int | None | Unset = UNSET
     quota: None | str | Unset = UNSET
     tenant: None | str | Unset = UNSET
+    sequence: int | None | Unset = UNSET
     operation_index: int | None | Unset = UNSET
     operation_problem: None | ProblemOperationProblemType0 | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
@@ -133,6 +135,12 @@ class Problem:
         else:
             tenant = self.tenant
 
+        sequence: int | None | Unset
+        if isinstance(self.sequence, Unset):
+            sequence = UNSET
+        else:
+            sequence = self.sequence
+
         operation_index: int | None | Unset
         if isinstance(self.operation_index, Unset):
             operation_index = UNSET
@@ -175,6 +183,8 @@ class Problem:
             field_dict["quota"] = quota
         if tenant is not UNSET:
             field_dict["tenant"] = tenant
+        if sequence is not UNSET:
+            field_dict["sequence"] = sequence
         if operation_index is not UNSET:
             field_dict["operation_index"] = operation_index
         if operation_problem is not UNSET:
@@ -290,6 +300,15 @@ class Problem:
 
         tenant = _parse_tenant(d.pop("tenant", UNSET))
 
+        def _parse_sequence(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        sequence = _parse_sequence(d.pop("sequence", UNSET))
+
         def _parse_operation_index(data: object) -> int | None | Unset:
             if data is None:
                 return data
@@ -330,6 +349,7 @@ class Problem:
             voided_at=voided_at,
             quota=quota,
             tenant=tenant,
+            sequence=sequence,
             operation_index=operation_index,
             operation_problem=operation_problem,
         )

@@ -1,0 +1,582 @@
+"""Usage streams: ``POST /v1/events``, one operation per NDJSON line, answered line by line.
+
+How a stream travels (see README, Usage streams):
+
+- A reader task takes the body from the connection as it arrives, cuts it into lines, checks
+  the limits (body bytes, line bytes, lines per request, time between two parts of the body)
+  and validates each line with the batch operations' rules plus its ``id``. It keeps at
+  most ``MAX_QUEUED_LINES`` parsed lines ahead of the writer, so memory stays bounded
+  however fast the client sends.
+- The writer takes whatever lines are queued (up to ``CHUNK_LINES``, and never the same
+  account and id twice in one chunk), authorizes each for its own account and scope,
+  applies them in order with one commit (``Ledger.events``), and only then writes their
+  result lines. While a chunk commits the reader goes on, so chunks grow with the load (one
+  commit for many lines) and shrink to a line when the client pauses (no waiting for more).
+- Every line that is not blank gets exactly one result line, in order. A line that is
+  invalid or refused gets its error and the stream goes on (a non-atomic batch); a limit,
+  a timeout or a storage failure stops the stream with an error at that line, and what was
+  answered before stays committed. A client resumes by sending again from the first line
+  without a result (or everything: an id the account already applied answers
+  ``duplicate`` and changes nothing).
+- No account is locked while the stream waits for the client: a chunk is applied only once
+  its lines are in memory.
+
+Errors before the stream starts are problem documents like everywhere else (401, 403, 413
+for a Content-Length over the cap, 415, 503); once it has started the status is 200 and
+every error is a result line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import re
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pydantic import TypeAdapter, ValidationError
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+from app.api import render
+from app.api.auth import Forbidden, authorize
+from app.api.problems import (
+    FORBIDDEN,
+    INTERNAL,
+    MALFORMED_JSON,
+    VALIDATION,
+    Described,
+    ProblemType,
+    describe,
+)
+from app.api.schemas import (
+    EVENT_ID_PATTERN,
+    ConsumeEvent,
+    EventLine,
+    GrantEvent,
+    VoidEvent,
+)
+from app.api.strict_json import loads_strict
+from app.keys import KeyRecord
+from app.keys import Scope as KeyScope
+from app.service.commands import ConsumeOp, EventOp, GrantOp, VoidOp
+from app.service.errors import OutcomeUnknown, ServiceUnavailable
+from app.service.ledger import Ledger
+from app.service.results import (
+    ConsumptionReceipt,
+    Duplicate,
+    EventResult,
+    GrantReceipt,
+    VoidReceipt,
+)
+
+EVENTS_PATH: Final = "/v1/events"
+NDJSON: Final = "application/x-ndjson"
+# Lines applied with one commit at most (a batch's bound), and parsed lines held ahead of
+# the writer: the reader waits while that many are queued.
+CHUNK_LINES: Final = 2_000
+MAX_QUEUED_LINES: Final = 2 * CHUNK_LINES
+
+log = logging.getLogger("app.events")
+
+STREAM_TOO_LARGE = ProblemType("stream-too-large", "Stream body larger than the limit", 413)
+LINE_TOO_LONG = ProblemType("line-too-long", "Stream line longer than the limit", 413)
+TOO_MANY_LINES = ProblemType("too-many-lines", "More lines than one stream may carry", 413)
+STREAM_TIMEOUT = ProblemType("stream-timeout", "Stream body paused too long", 408)
+STREAM_INCOMPLETE = ProblemType("stream-incomplete", "Stream ended inside a line", 400)
+
+_ID_RE: Final = re.compile(EVENT_ID_PATTERN)
+_LINE: TypeAdapter[GrantEvent | ConsumeEvent | VoidEvent] = TypeAdapter(EventLine)
+_SCOPE_OF: Final = {"grant": KeyScope.GRANT, "consume": KeyScope.CONSUME, "void": KeyScope.GRANT}
+_WRITE_SCOPES: Final = frozenset({KeyScope.GRANT, KeyScope.CONSUME})
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    max_body_bytes: int
+    max_line_bytes: int
+    max_lines: int
+    idle_timeout_s: float  # longest wait for the next part of the body
+
+
+def may_stream(key: KeyRecord | None) -> bool:
+    """Whether the key could apply any line at all (a key that could not is 403 up front)."""
+    return key is None or any(scope in _WRITE_SCOPES for scope in key.scopes)
+
+
+def is_ndjson_media_type(content_type: str | None) -> bool:
+    if not content_type:
+        return False
+    media_type, _, params = content_type.partition(";")
+    if media_type.strip().lower() != NDJSON:
+        return False
+    charset = params.strip().lower()
+    return not charset or charset.replace(" ", "") in ("charset=utf-8", 'charset="utf-8"')
+
+
+# -- what the reader hands the writer ----------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Line:
+    """A valid line."""
+
+    number: int
+    event_id: str
+    fingerprint: str
+    op: GrantOp | ConsumeOp | VoidOp
+    scope: KeyScope
+
+
+@dataclass(slots=True)
+class _Bad:
+    """A line answered with an error without reaching the ledger; the stream goes on."""
+
+    number: int
+    event_id: str | None
+    problem: dict[str, Any]
+    status: int
+
+
+@dataclass(slots=True)
+class _Stop:
+    """The stream ends here: with ``problem`` at line ``number``, or (None) because the body
+    ended, or because the client is gone (``gone``) and nobody is left to answer."""
+
+    number: int
+    problem: dict[str, Any] | None = None
+    status: int = 0
+    gone: bool = False
+
+
+_Item = _Line | _Bad | _Stop
+
+
+def _problem(kind: ProblemType, detail: str, **extra: Any) -> dict[str, Any]:
+    return {"type": kind.uri, "title": kind.title, "status": kind.status, "detail": detail, **extra}
+
+
+def _fingerprint(op: GrantOp | ConsumeOp | VoidOp) -> str:
+    """What the line asks, without its id: a hash of its operation's members in a fixed
+    order (absent and null alike; metadata by key). Stored with the id, so this form is
+    part of the storage format: change it only with a new prefix."""
+    if isinstance(op, GrantOp):
+        metadata = None if op.metadata is None else sorted(op.metadata.items())
+        asked: tuple[object, ...] = (
+            "grant",
+            op.account_id,
+            op.amount,
+            op.timestamp,
+            op.expiry,
+            op.resources,
+            op.name,
+            metadata,
+        )
+    elif isinstance(op, ConsumeOp):
+        asked = ("consume", op.account_id, op.amount, op.timestamp, op.resource)
+    else:
+        asked = ("void", op.account_id, op.grant_id, op.timestamp)
+    return "1:" + hashlib.blake2b(repr(asked).encode(), digest_size=15).hexdigest()
+
+
+def _operation(line: GrantEvent | ConsumeEvent | VoidEvent) -> GrantOp | ConsumeOp | VoidOp:
+    if isinstance(line, GrantEvent):
+        return GrantOp(
+            line.account_id,
+            line.amount,
+            line.timestamp,
+            line.expiry,
+            line.name,
+            line.metadata,
+            line.resources,
+        )
+    if isinstance(line, ConsumeEvent):
+        return ConsumeOp(line.account_id, line.amount, line.timestamp, line.resource)
+    return VoidOp(line.account_id, line.grant_id, line.timestamp)
+
+
+def parse_line(number: int, raw: bytes) -> _Line | _Bad:
+    """One line, judged as a batch operation with an ``id`` would be: malformed JSON 400,
+    anything else invalid 422 naming the fields (``loc`` starts with ``line``)."""
+    try:
+        value = loads_strict(raw)
+    except json.JSONDecodeError as exc:
+        detail = f"line {number} could not be parsed as JSON: {exc.msg}"
+        return _Bad(number, None, _problem(MALFORMED_JSON, detail), MALFORMED_JSON.status)
+    claimed = value.get("id") if isinstance(value, dict) else None
+    event_id = claimed if isinstance(claimed, str) and _ID_RE.fullmatch(claimed) else None
+    try:
+        line = _LINE.validate_python(value)
+    except ValidationError as exc:
+        issues = [
+            {
+                "loc": ["line", *(p if isinstance(p, int) else str(p) for p in e["loc"])],
+                "message": str(e["msg"]),
+                "type": str(e["type"]),
+            }
+            for e in exc.errors(include_url=False)
+        ]
+        fields = ", ".join(".".join(str(p) for p in i["loc"][1:]) or "line" for i in issues)
+        detail = f"line {number} is invalid: {fields}"
+        return _Bad(number, event_id, _problem(VALIDATION, detail, errors=issues), 422)
+    op = _operation(line)
+    return _Line(number, line.id, _fingerprint(op), op, _SCOPE_OF[line.op])
+
+
+# -- the response ---------------------------------------------------------------------------
+
+
+class EventStream(Response):
+    """The answer to ``POST /v1/events``: an ASGI response that reads the request body
+    itself while it writes the result lines (see the module docstring)."""
+
+    media_type = NDJSON
+
+    def __init__(self, ledger: Ledger, key: KeyRecord | None, limits: StreamLimits) -> None:
+        # Not Response.__init__: it would declare a Content-Length of 0. The body is sent in
+        # parts as chunks commit (chunked transfer coding).
+        self.status_code = 200
+        self.background = None
+        self.body = b""
+        self.raw_headers = [(b"content-type", NDJSON.encode()), (b"cache-control", b"no-store")]
+        self._ledger = ledger
+        self._key = key
+        self._limits = limits
+        self._queue: deque[_Item] = deque()
+        self._queued = asyncio.Event()  # for the writer: something to take
+        self._room = asyncio.Event()  # for the reader: the queue has room
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        reader = asyncio.create_task(self._read(receive))
+        sender = _Sender(send)
+        try:
+            await self._write(sender)
+            await sender.close()  # every result line sent, then the end of the body
+        finally:
+            for task in (reader, sender.task):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    # -- the reader ------------------------------------------------------------------------
+
+    def _put(self, item: _Item) -> None:
+        self._queue.append(item)
+        self._queued.set()
+
+    async def _read(self, receive: Receive) -> None:
+        try:
+            await self._read_lines(receive)
+        except Exception as exc:  # a bug: end the stream with an error rather than hang
+            log.error("reading a usage stream failed", exc_info=exc)
+            detail = "the server could not read the stream"
+            self._put(_Stop(1, _problem(INTERNAL, detail), 500))
+
+    async def _read_lines(self, receive: Receive) -> None:
+        limits = self._limits
+        tail = bytearray()  # the line being received
+        number = 0  # lines ended so far (blank ones too)
+        counted = 0  # lines that are not blank
+        size = 0  # body bytes so far
+        while True:
+            while len(self._queue) >= MAX_QUEUED_LINES:
+                self._room.clear()
+                await self._room.wait()
+            message = await self._next_message(receive)
+            if message is None:
+                detail = f"no part of the body arrived for {limits.idle_timeout_s:g} s"
+                self._put(_Stop(number + 1, _problem(STREAM_TIMEOUT, detail), 408))
+                return
+            if message["type"] == "http.disconnect":
+                self._put(_Stop(number + 1, gone=True))
+                return
+            data: bytes = message.get("body", b"")
+            more = bool(message.get("more_body", False))
+            pieces = data.split(b"\n")
+            for index, piece in enumerate(pieces):
+                last = index == len(pieces) - 1
+                size += len(piece) + (0 if last else 1)
+                if size > limits.max_body_bytes:
+                    detail = (
+                        f"the body passed {limits.max_body_bytes} bytes in line {number + 1}; "
+                        "the lines before it were applied"
+                    )
+                    self._put(_Stop(number + 1, _problem(STREAM_TOO_LARGE, detail), 413))
+                    return
+                tail += piece
+                if len(tail) > limits.max_line_bytes:
+                    detail = (
+                        f"line {number + 1} is longer than {limits.max_line_bytes} bytes; the "
+                        "lines before it were applied"
+                    )
+                    self._put(_Stop(number + 1, _problem(LINE_TOO_LONG, detail), 413))
+                    return
+                if last and more:
+                    break  # the line goes on in the next part of the body
+                if last and not tail.strip():
+                    break  # the body ended with a newline (or blank space)
+                number += 1
+                raw = bytes(tail)
+                tail.clear()
+                if not raw.strip():
+                    continue  # blank: no result, not counted
+                counted += 1
+                if counted > limits.max_lines:
+                    detail = (
+                        f"line {number} is past the {limits.max_lines} lines one stream may "
+                        "carry; send the rest in another request"
+                    )
+                    self._put(_Stop(number, _problem(TOO_MANY_LINES, detail), 413))
+                    return
+                self._put(parse_line(number, raw))
+            if not more:
+                self._put(_Stop(number + 1))
+                return
+
+    async def _next_message(self, receive: Receive) -> Message | None:
+        """The next part of the body; None when none came within the idle timeout."""
+        try:
+            async with asyncio.timeout(self._limits.idle_timeout_s):
+                return await receive()
+        except TimeoutError:
+            return None
+
+    # -- the writer ------------------------------------------------------------------------
+
+    async def _write(self, sent: _Sender) -> None:
+        """Apply and answer until the stream stops. Two chunks overlap: the next one is
+        applied while the one before it is made durable (its locks released), and a
+        chunk's result lines are sent once it is durable, in order."""
+        pending: _InFlight | None = None
+        while True:
+            head = self._queue[0] if self._queue else None
+            current: _InFlight | None = None
+            if head is not None and not isinstance(head, _Stop):
+                current = await self._start(self._take_chunk())
+            elif pending is None:
+                if head is None:
+                    self._queued.clear()
+                    await self._queued.wait()
+                    continue
+                item = self._queue.popleft()
+                assert isinstance(item, _Stop)
+                if item.gone:
+                    sent.abandon()
+                elif item.problem is not None:
+                    sent.add(_error_line(item.number, None, item.status, item.problem))
+                return
+            if pending is not None:
+                stop = await self._finish(pending, sent)
+                if stop is not None:
+                    if current is not None:  # applied or not: the client resumes before it
+                        await current.settled()
+                    sent.add(stop)
+                    return
+                sent.flush()
+            pending = current
+
+    def _take_chunk(self) -> list[_Line | _Bad]:
+        """The queued lines up to the next stop, at most CHUNK_LINES, cut before a line
+        that names an account and id the chunk has already."""
+        chunk: list[_Line | _Bad] = []
+        seen: set[tuple[str, str]] = set()
+        queue = self._queue
+        while queue and len(chunk) < CHUNK_LINES:
+            item = queue[0]
+            if isinstance(item, _Stop):
+                break
+            if isinstance(item, _Line):
+                key = (item.op.account_id, item.event_id)
+                if key in seen:
+                    break
+                seen.add(key)
+            chunk.append(item)
+            queue.popleft()
+        self._room.set()
+        return chunk
+
+    async def _start(self, chunk: list[_Line | _Bad]) -> _InFlight:
+        """Answer what needs no ledger, and start applying the rest; return once the chunk
+        holds its accounts and has submitted its changes (or failed), so that a chunk
+        started next is applied after it on every account they share."""
+        answers: list[bytes | None] = []
+        lines: list[_Line] = []
+        for item in chunk:
+            if isinstance(item, _Bad):
+                answers.append(_error_line(item.number, item.event_id, item.status, item.problem))
+                continue
+            try:
+                authorize(self._key, item.scope, item.op.account_id, where=f"line {item.number}: ")
+            except Forbidden as exc:
+                problem = _problem(FORBIDDEN, str(exc))
+                answers.append(_error_line(item.number, item.event_id, 403, problem))
+                continue
+            answers.append(None)
+            lines.append(item)
+        flight = _InFlight(chunk, answers, lines)
+        if lines:
+            submitted = asyncio.Event()
+            flight.task = asyncio.create_task(
+                self._ledger.events(
+                    [EventOp(line.event_id, line.fingerprint, line.op) for line in lines],
+                    submitted=submitted.set,
+                )
+            )
+            flight.task.add_done_callback(lambda _: submitted.set())
+            await submitted.wait()
+        return flight
+
+    async def _finish(self, flight: _InFlight, sent: _Sender) -> bytes | None:
+        """Wait until the chunk is durable and queue its result lines on ``sent``; the stop
+        line if the stream must end here (the chunk was not applied, or its outcome is
+        unknown)."""
+        answers = flight.answers
+        if flight.task is not None:
+            try:
+                results = await flight.task
+            except Exception as exc:
+                # Nothing of this chunk is acknowledged: the stream stops at its first line.
+                # On PostgreSQL an unknown outcome is resolved by sending the lines again: the
+                # ids that were applied answer duplicate.
+                if isinstance(exc, ServiceUnavailable | OutcomeUnknown):
+                    described = describe(exc)
+                    problem, status = described.body(), described.kind.status
+                else:  # a bug, or a failure the service did not map
+                    log.error("applying a usage stream chunk failed", exc_info=exc)
+                    problem = _problem(INTERNAL, "the server could not apply the lines")
+                    status = 500
+                first = flight.chunk[0]
+                return _error_line(first.number, first.event_id, status, problem)
+            made = iter(zip(flight.lines, results, strict=True))
+            for index, answer in enumerate(answers):
+                if answer is None:
+                    line, result = next(made)
+                    answers[index] = _result_line(line, result)
+        for answer in answers:
+            assert answer is not None
+            sent.add(answer)
+        return None
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A chunk being applied: its answers so far (None: the ledger's to give), the lines
+    sent to the ledger, and the task applying them."""
+
+    chunk: list[_Line | _Bad]
+    answers: list[bytes | None]
+    lines: list[_Line]
+    task: asyncio.Task[list[EventResult]] | None = None
+
+    async def settled(self) -> None:
+        """Wait for the task, whatever its outcome (a chunk after the one that stopped the
+        stream: its lines are sent again by the client, and answer duplicate if applied)."""
+        if self.task is not None:
+            with contextlib.suppress(Exception):
+                await self.task
+
+
+class _Sender:
+    """Result lines on their way to the client, sent by a task of their own: the writer
+    never waits for a client that does not read while it sends (most HTTP/1.1 clients send
+    the whole body first), so such a client cannot stall the stream. What waits here is
+    bounded by the lines one stream may carry."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._pending: list[bytes] = []
+        self._ready = asyncio.Event()
+        self._closing = False
+        self._gone = False
+        self.task = asyncio.create_task(self._run())
+
+    def add(self, line: bytes) -> None:
+        self._pending.append(line)
+
+    def flush(self) -> None:
+        """Send what was added (a chunk's lines: they are committed)."""
+        if self._pending:
+            self._ready.set()
+
+    def abandon(self) -> None:
+        """The client is gone: nothing more is sent."""
+        self._gone = True
+        self._pending = []
+
+    async def close(self) -> None:
+        """Send what is left, then end the body."""
+        self._closing = True
+        self._ready.set()
+        await self.task
+
+    async def _run(self) -> None:
+        while True:
+            if self._pending and not self._gone:
+                body = b"".join(self._pending)
+                self._pending = []
+                await self._send_part(body, more=True)
+            elif self._closing:
+                if not self._gone:
+                    await self._send_part(b"", more=False)
+                return
+            else:
+                await self._ready.wait()
+                self._ready.clear()
+
+    async def _send_part(self, body: bytes, more: bool) -> None:
+        try:
+            await self._send({"type": "http.response.body", "body": body, "more_body": more})
+        except OSError:  # the client is gone: what was committed stays committed
+            self.abandon()
+
+
+_RENDER: Final[dict[type, Callable[[Any], bytes]]] = {
+    GrantReceipt: render.grant,
+    ConsumptionReceipt: render.consumption,
+    VoidReceipt: render.void,
+}
+_STATUS: Final[dict[type, int]] = {
+    GrantReceipt: render.GRANT_STATUS,
+    ConsumptionReceipt: render.CONSUME_STATUS,
+    VoidReceipt: render.VOID_STATUS,
+}
+
+
+def _head(number: int, event_id: str | None, status: int) -> bytes:
+    shown = "null" if event_id is None else json.dumps(event_id)
+    return f'{{"line":{number},"id":{shown},"status":{status},'.encode()
+
+
+def _error_line(number: int, event_id: str | None, status: int, problem: dict[str, Any]) -> bytes:
+    body = json.dumps(problem, separators=(",", ":"), ensure_ascii=True)
+    return _head(number, event_id, status) + b'"body":' + body.encode() + b"}\n"
+
+
+def _result_line(line: _Line, result: EventResult) -> bytes:
+    if isinstance(result, Exception):
+        described: Described = describe(result)
+        return _error_line(line.number, line.event_id, described.kind.status, described.body())
+    if isinstance(result, Duplicate):
+        body = {"account_id": result.account_id, "sequence": result.sequence}
+        if result.grant_id is not None:
+            body["grant_id"] = result.grant_id
+        shown = json.dumps(body, separators=(",", ":"))
+        return (
+            _head(line.number, line.event_id, 200)
+            + b'"duplicate":true,"body":'
+            + shown.encode()
+            + b"}\n"
+        )
+    kind = type(result)
+    return (
+        _head(line.number, line.event_id, _STATUS[kind])
+        + b'"body":'
+        + _RENDER[kind](result)
+        + b"}\n"
+    )
