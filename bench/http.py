@@ -33,7 +33,6 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import shutil
@@ -47,6 +46,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._procs import Server, free_port, wait_until_up
+from bench.ceiling import batch_body
+from bench.ceiling import measure as measure_ceiling
 
 # What --observability compares: settings of the same server.
 OBSERVABILITY_VARIANTS: dict[str, dict[str, str]] = {
@@ -105,22 +106,7 @@ end
 
 
 def batch_lua(operations: int) -> str:
-    ops = []
-    for i in range(operations):
-        account = f"acct-{i % ACCOUNTS}"
-        if i % 2 == 0:
-            ops.append(
-                {
-                    "op": "grant",
-                    "account_id": account,
-                    "amount": 5,
-                    "timestamp": 1,
-                    "expiry": FAR_EXPIRY,
-                }
-            )
-        else:
-            ops.append({"op": "consume", "account_id": account, "amount": 3, "timestamp": 1})
-    body = json.dumps({"operations": ops}, separators=(",", ":"))
+    body = batch_body(operations).decode()
     return (
         "body = [==[" + body + "]==]\n"
         "request = function()\n"
@@ -434,8 +420,13 @@ def main() -> None:
             finally:
                 server.stop()
 
+    # The batch path's ceiling (bench/ceiling.py), in process, in this same run.
+    ceilings = {size: measure_ceiling(size, 10 if args.quick else 30) for size in (1000, 10_000)}
     for r in results.values():
         print(r.line())
+    for size, per_s in ceilings.items():
+        name = f"batch ceiling, {size:,} ops (bench/ceiling.py)"
+        print(f"{name:<44} {'':>15} {per_s:>10,.0f} ops/s")
     ceiling = results["ceiling"].requests_per_s
     memory = results["single-memory"].requests_per_s
     sqlite = results["single-sqlite"].requests_per_s
@@ -451,6 +442,9 @@ def main() -> None:
         f"{max(results['batch-1000'].ops_per_s, results['batch-10000'].ops_per_s):,.0f} "
         "(target >= 100,000)"
     )
+    for size in (1000, 10_000):
+        ratio = results[f"batch-{size}"].ops_per_s / ceilings[size]
+        print(f"batch of {size:,}, sqlite / its ceiling:   {ratio:.2f} (target >= 0.6)")
     rate, p50, p99, p999 = fixed["memory"]
     print(
         f"p99 at {args.connections} connections, memory, saturated (closed loop): "
