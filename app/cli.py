@@ -265,7 +265,7 @@ def _configure_logging(settings: Settings) -> dict[str, Any]:
     """JSON lines (or text: GPU_CREDITS_LOG_FORMAT) on stderr, uvicorn's lines included."""
     from app.logs import log_config
 
-    config = log_config(settings.log_level, settings.log_format)
+    config = log_config(settings.log_level, settings.log_format, settings.log_flush_ms / 1000)
     logging.config.dictConfig(config)
     return config
 

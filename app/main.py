@@ -24,6 +24,7 @@ from app.api.openapi import build_openapi
 from app.api.requests import RequestObserver
 from app.api.routes import BATCH_PATH, About, router
 from app.keys import tenant_quotas
+from app.logs import write_through
 from app.metrics import Metrics
 from app.observe import NULL_OBSERVER, Observer
 from app.service.ledger import Ledger
@@ -125,6 +126,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            # From here on, log lines are written as they come (see app.logs.write_through).
+            write_through()
             for task in tasks:
                 task.cancel()
             for task in tasks:

@@ -327,12 +327,23 @@ class Settings(BaseSettings):
             "lines, for development."
         ),
     )
+    log_flush_ms: int = Field(
+        100,
+        ge=0,
+        le=10_000,
+        description=(
+            "Log lines below WARNING are written together at most this often (one write for "
+            "many lines); WARNING and worse at once, and everything at exit. A process killed "
+            "outright (SIGKILL) loses the lines of this last interval at most. 0: every line is "
+            "written as it is logged."
+        ),
+    )
     access_log: bool = Field(
         True,
         description=(
             "Log one line per request (method, route, account, status, latency, key id, "
-            "request id) on the app.requests logger, at INFO. It costs about 15% of a "
-            "single request's CPU time at saturation (see README, Logs): false turns it off."
+            "request id) on the app.requests logger, at INFO (see README, Logs, for what it "
+            "costs): false turns it off."
         ),
     )
     metrics: bool = Field(

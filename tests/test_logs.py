@@ -6,6 +6,7 @@ problem documents."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ import httpx
 import pytest
 
 from app.keys import Scope, create_key
-from app.logs import REQUEST_ID, JsonFormatter, TextFormatter
+from app.logs import REQUEST_ID, BufferedStreamHandler, JsonFormatter, TextFormatter
 from app.main import create_app
 from app.settings import Settings
 from tests.support.api import assert_problem
@@ -264,6 +265,99 @@ def test_text_lines_show_the_fields() -> None:
         assert TextFormatter().format(_record("plain")).endswith("plain request_id=r-2")
     finally:
         REQUEST_ID.reset(token)
+
+
+# -- buffered writes (app.logs.BufferedStreamHandler) -----------------------------------------
+
+
+class _CountingStream(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def _buffered(interval_s: float, capacity_bytes: int = 64 * 1024) -> tuple[Any, _CountingStream]:
+    stream = _CountingStream()
+    handler = BufferedStreamHandler(stream, interval_s, capacity_bytes)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    return handler, stream
+
+
+def _at(level: int, message: str) -> logging.LogRecord:
+    return logging.LogRecord("tests.logs", level, __file__, 1, message, None, None)
+
+
+NEVER_S = 3600.0  # a flush interval that does not run out during a test
+
+
+def test_lines_below_warning_wait_and_a_warning_writes_them_first_in_one_write() -> None:
+    handler, stream = _buffered(NEVER_S)
+    try:
+        handler.handle(_at(logging.INFO, "one"))
+        handler.handle(_at(logging.DEBUG, "two"))
+        assert stream.getvalue() == ""
+        handler.handle(_at(logging.WARNING, "three"))
+        assert stream.getvalue() == "INFO one\nDEBUG two\nWARNING three\n"
+        assert stream.writes == 1
+        handler.handle(_at(logging.ERROR, "four"))
+        assert stream.getvalue().endswith("WARNING three\nERROR four\n")
+    finally:
+        handler.close()
+
+
+def test_waiting_lines_are_written_by_the_timer_together() -> None:
+    handler, stream = _buffered(0.05)
+    try:
+        for i in range(100):
+            handler.handle(_at(logging.INFO, f"line {i}"))
+        deadline = time.monotonic() + WAIT_S
+        while stream.getvalue().count("\n") < 100:
+            assert time.monotonic() < deadline, stream.getvalue()
+            time.sleep(0.01)  # polling interval while waiting for the flusher thread
+        assert stream.getvalue() == "".join(f"INFO line {i}\n" for i in range(100))
+        assert stream.writes < 100  # batched, not one write a line
+        handler.handle(_at(logging.INFO, "later"))  # the flusher serves the next lines too
+        while not stream.getvalue().endswith("INFO later\n"):
+            assert time.monotonic() < deadline, stream.getvalue()
+            time.sleep(0.01)
+    finally:
+        handler.close()
+
+
+def test_a_full_buffer_is_written_at_once() -> None:
+    handler, stream = _buffered(NEVER_S, capacity_bytes=40)
+    try:
+        handler.handle(_at(logging.INFO, "a" * 20))
+        assert stream.getvalue() == ""
+        handler.handle(_at(logging.INFO, "b" * 20))  # 2 lines of 26 characters: over 40
+        assert stream.getvalue() == f"INFO {'a' * 20}\nINFO {'b' * 20}\n"
+    finally:
+        handler.close()
+
+
+def test_flush_and_close_write_what_waits_and_a_closed_handler_writes_at_once() -> None:
+    handler, stream = _buffered(NEVER_S)
+    handler.handle(_at(logging.INFO, "one"))
+    handler.flush()  # what logging.shutdown() does at exit, before close()
+    assert stream.getvalue() == "INFO one\n"
+    handler.handle(_at(logging.INFO, "two"))
+    handler.close()
+    assert stream.getvalue() == "INFO one\nINFO two\n"
+    handler.handle(_at(logging.INFO, "three"))  # a line logged during shutdown
+    assert stream.getvalue().endswith("INFO three\n")
+
+
+def test_a_zero_interval_writes_every_line_at_once() -> None:
+    handler, stream = _buffered(0.0)
+    try:
+        handler.handle(_at(logging.INFO, "one"))
+        assert stream.getvalue() == "INFO one\n"
+    finally:
+        handler.close()
 
 
 # -- a real server's stderr -----------------------------------------------------------------

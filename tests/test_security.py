@@ -226,6 +226,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         server.stop()
 
 
+LOG_WAIT_S = 30.0
+
+
 def grants_url(account: str) -> str:
     return f"/v1/accounts/{account}/grants"
 
@@ -592,10 +595,18 @@ def test_no_secrets_in_logs(secured: Secured) -> None:
         ]
         assert [r.status_code for r in failures] == [403, 403, 401, 401, 422, 400]
 
-    log = secured.server.log_path.read_text(errors="replace")
     # the check means something only if requests are logged at all: one JSON line each
-    # (app.api.requests), with the route and the key id, never the key
-    requests = [json.loads(line) for line in log.splitlines() if '"app.requests"' in line]
+    # (app.api.requests), with the route and the key id, never the key. Request lines are
+    # written in order, within the log flush interval (app.logs): once the last request's
+    # line (the 400) is there, every line before it is.
+    deadline = time.monotonic() + LOG_WAIT_S
+    while True:
+        log = secured.server.log_path.read_text(errors="replace")
+        requests = [json.loads(line) for line in log.splitlines() if '"app.requests"' in line]
+        if any(r["status"] == 400 and "logged" in r["path"] for r in requests):
+            break
+        assert time.monotonic() < deadline, log[-4000:]
+        time.sleep(0.02)  # polling interval while waiting for the log flush
     logged = {(r["route"], r["status"], r["key_id"]) for r in requests if "logged" in r["path"]}
     assert ("/v1/accounts/{account_id}/grants", 201, secured.granter.key_id) in logged, logged
     assert ("/v1/accounts/{account_id}/balance", 401, None) in logged, logged
