@@ -630,3 +630,49 @@ def test_client_key_groups_ipv6_by_64_and_unmaps_ipv4() -> None:
     assert client_key("2001:db8:1:3::1") != client_key("2001:db8:1:2::1")
     assert client_key("::ffff:10.0.0.1") == "10.0.0.1"
     assert client_key("fe80::1%eth0") == "fe80::/64"
+
+
+# -- a body the protocol already holds is read without a timer -------------------------------
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"type": "http.request", "body": b'{"a":1}', "more_body": False}],
+        # More body after all (the flag is a promise of our protocol, not of the client):
+        # the rest is read as usual, under the timer.
+        [
+            {"type": "http.request", "body": b'{"a"', "more_body": True},
+            {"type": "http.request", "body": b":1}", "more_body": False},
+        ],
+    ],
+)
+async def test_a_received_body_reaches_the_app_whole(messages: list[dict[str, object]]) -> None:
+    from app.api.limits import BODY_RECEIVED, RequestLimits
+
+    seen: list[bytes] = []
+
+    async def inner(scope: object, receive: object, send: object) -> None:
+        message = await receive()  # type: ignore[operator]
+        seen.append(message["body"])
+
+    async def receive() -> object:
+        return messages.pop(0)
+
+    async def send(message: object) -> None:
+        raise AssertionError(f"nothing is answered here: {message}")
+
+    limits = RequestLimits(
+        inner, max_body_bytes=100, max_url_bytes=100, max_header_bytes=1000, body_timeout_s=5
+    )
+    body = b'{"a":1}'
+    scope = {
+        "type": "http",
+        "path": "/v1/x",
+        "raw_path": b"/v1/x",
+        "query_string": b"",
+        "headers": [(b"content-length", str(len(body)).encode())],
+        BODY_RECEIVED: True,
+    }
+    await limits(scope, receive, send)  # type: ignore[arg-type]
+    assert seen == [body]

@@ -45,7 +45,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from app.api.limits import HEADERS_TOO_LARGE, URL_TOO_LONG
+from app.api.limits import BODY_RECEIVED, HEADERS_TOO_LARGE, URL_TOO_LONG
 from app.api.problems import PROBLEM_MEDIA_TYPE, ProblemType
 from app.settings import Settings
 
@@ -344,6 +344,11 @@ class ProblemHttpToolsProtocol(HttpToolsProtocol):
         self._awaiting_head = True
         self._maybe_trailers = False
         super().on_message_complete()
+        # The body is all there (uvicorn said so to the request: more_body is False). Not
+        # for an upgrade, which has no cycle of its own.
+        cycle = getattr(self, "cycle", None)
+        if cycle is not None and not cycle.more_body:
+            cycle.scope[BODY_RECEIVED] = True
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
