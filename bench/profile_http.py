@@ -11,7 +11,8 @@ frame that belongs to one of the layers below (a frame of the standard library i
 the layer that called it: ``json`` under the request log is the request log's); samples
 times the sampling interval, divided by the requests answered while sampling, give CPU
 microseconds per request per layer. The server's CPU time per request from /proc is printed
-too, as a check on the sampled total.
+too, as a check on the sampled total. ``--baseline-src DIR`` (a checkout of an earlier
+commit, e.g. from ``git archive``) profiles that version's service too, in the same run.
 """
 
 from __future__ import annotations
@@ -121,6 +122,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rate", type=int, default=500, help="py-spy samples per second")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="also profile the service of this checkout (an earlier commit) in the same run",
+    )
     args = parser.parse_args()
     columns: dict[str, tuple[dict[str, float], float, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,21 +138,25 @@ def main() -> None:
         finally:
             bare.terminate()
             bare.wait()
-        server = Server(Path(tmp) / "memory", "memory")
-        server.start()
-        try:
-            assert server.proc is not None
-            bench_http.warm_up(server.base_url)
-            columns["service"] = profile(
-                "service",
-                server.proc.pid,
-                server.base_url,
-                args.seconds,
-                args.rate,
-                Path(tmp) / "service.txt",
-            )
-        finally:
-            server.stop()
+        services: dict[str, Path | None] = {"service": None}
+        if args.baseline_src is not None:
+            services = {"baseline": args.baseline_src.resolve(), "service": None}
+        for name, src in services.items():
+            server = Server(Path(tmp) / name, "memory", src=src)
+            server.start()
+            try:
+                assert server.proc is not None
+                bench_http.warm_up(server.base_url)
+                columns[name] = profile(
+                    name,
+                    server.proc.pid,
+                    server.base_url,
+                    args.seconds,
+                    args.rate,
+                    Path(tmp) / f"{name}.txt",
+                )
+            finally:
+                server.stop()
     _print_table(columns, lambda name: name)
 
 
@@ -168,9 +178,10 @@ def _print_table(
     print(
         "| requests/s under py-spy | " + " | ".join(f"{columns[n][1]:,.0f}" for n in names) + " |"
     )
-    if len(names) == 2:
-        a, b = (columns[n][1] for n in names)
-        print(f"\nratio {names[1]} / {names[0]}: {b / a:.2f}")
+    print()
+    for name in names[1:]:
+        ratio = columns[name][1] / columns[names[0]][1]
+        print(f"{name} / {names[0]}, requests/s under py-spy: {ratio:.2f}")
 
 
 if __name__ == "__main__":
