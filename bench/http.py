@@ -125,18 +125,28 @@ class Result:
     p999_ms: float
     errors: int
     requests: int = 0
+    cpu_us: float = 0.0  # the server's CPU time per request (user + system), when measured
 
     def line(self) -> str:
         return (
             f"{self.name:<44} {self.requests_per_s:>9,.0f} req/s {self.ops_per_s:>10,.0f} ops/s"
             f"  p50 {self.p50_ms:7.2f} ms  p99 {self.p99_ms:7.2f} ms  p99.9 {self.p999_ms:7.2f} ms"
+            + (f"  {self.cpu_us:6.1f} us CPU/req" if self.cpu_us else "")
             + (f"  ERRORS {self.errors}" if self.errors else "")
         )
 
 
 def run_wrk(
-    name: str, base_url: str, lua: str, seconds: float, connections: int, ops_per_request: int
+    name: str,
+    base_url: str,
+    lua: str,
+    seconds: float,
+    connections: int,
+    ops_per_request: int,
+    server_pid: int | None = None,
 ) -> Result:
+    """wrk against ``base_url``; with ``server_pid``, also the server's CPU time per request."""
+    cpu_before_s = _cpu_seconds(server_pid) if server_pid is not None else 0.0
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(lua)
         script = f.name
@@ -166,6 +176,9 @@ def run_wrk(
     )
     assert match, out
     requests, secs = int(match[1]), float(match[2])
+    cpu_us = 0.0
+    if server_pid is not None and requests:
+        cpu_us = (_cpu_seconds(server_pid) - cpu_before_s) / requests * 1e6
     return Result(
         name,
         requests / secs,
@@ -175,6 +188,7 @@ def run_wrk(
         float(match[5]),
         int(match[6]) + int(match[7]),
         requests,
+        cpu_us,
     )
 
 
@@ -373,6 +387,7 @@ def main() -> None:
             seconds,
             args.connections,
             1,
+            bare.pid,
         )
     finally:
         bare.terminate()
@@ -391,6 +406,7 @@ def main() -> None:
                     seconds,
                     args.connections,
                     1,
+                    server.proc.pid if server.proc else None,
                 )
                 results[f"single-{storage}"] = run_wrk(
                     f"single grants+consumptions, {storage}",
@@ -399,6 +415,7 @@ def main() -> None:
                     seconds,
                     args.connections,
                     1,
+                    server.proc.pid if server.proc else None,
                 )
                 if storage == "memory":
                     # Latency below saturation: at half the throughput just measured.
@@ -435,6 +452,16 @@ def main() -> None:
     print(
         f"single grants only, memory / ceiling:      "
         f"{results['grant-memory'].requests_per_s / ceiling:.2f}"
+    )
+    # One core serves: at saturation, throughput is about 1 / CPU per request, and on a shared
+    # machine the CPU time per request is far steadier than the throughput.
+    cpu_ceiling = results["ceiling"].cpu_us
+    print(
+        f"the same by CPU per request (ceiling's / ours): single ops "
+        f"{cpu_ceiling / results['single-memory'].cpu_us:.2f}, grants only "
+        f"{cpu_ceiling / results['grant-memory'].cpu_us:.2f} "
+        f"({cpu_ceiling:.1f} us against {results['single-memory'].cpu_us:.1f} and "
+        f"{results['grant-memory'].cpu_us:.1f} us)"
     )
     print(f"single ops, sqlite / memory:               {sqlite / memory:.2f} (target >= 0.60)")
     print(
