@@ -100,7 +100,9 @@ class TextFormatter(logging.Formatter):
         text = super().format(record)
         fields = getattr(record, FIELDS_ATTR, None)
         if isinstance(fields, dict):
-            extra = " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+            # A path is percent-decoded (%0A is a newline): values are shown escaped, so a
+            # caller cannot start a line of its own.
+            extra = " ".join(f"{k}={_one_line(v)}" for k, v in fields.items() if v is not None)
         else:
             request_id = REQUEST_ID.get()
             extra = f"request_id={request_id}" if request_id is not None else ""
@@ -109,6 +111,11 @@ class TextFormatter(logging.Formatter):
         # After the message's first line: a traceback stays below it.
         first, newline, rest = text.partition("\n")
         return f"{first} {extra}{newline}{rest}"
+
+
+def _one_line(value: object) -> str:
+    text = str(value)
+    return text if text.isprintable() else ascii(text)[1:-1]
 
 
 FORMATTERS: Final[dict[LogFormat, str]] = {
