@@ -717,6 +717,22 @@ class TransactionalContract(StorageContract[TransactionalStore]):
             await tx.settle_accounts(0, ["ant", "zed"])
         assert await store.read_accounts("", "", 10) == listed
 
+    async def test_accounts_are_locked_or_created_in_one_pass(
+        self, store: TransactionalStore
+    ) -> None:
+        """Existing rows are returned as they are, missing ones as new placeholders (counted
+        or removed at settle time, as ``create_accounts``'s)."""
+        await self.write_all(store)
+        listed = [data.account_row(a) for a in data.ACCOUNTS]
+        async with store.transaction() as tx:
+            existing, created = await tx.lock_or_create_accounts(["zed", "bat", "ant", "acme"])
+            assert set(existing) == {"acme", "bat"}
+            assert existing["bat"] == await store.read_account("bat")
+            assert set(created) == {"ant", "zed"}
+            assert all(s.version == 0 for s in created.values())
+            await tx.settle_accounts(0, list(created))
+        assert await store.read_accounts("", "", 10) == listed
+
 
 class TestPostgresStore(TransactionalContract, DurableContract[TransactionalStore]):
     """On a database whose default collation is ICU's en-US, not byte order (``a`` before

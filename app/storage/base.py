@@ -465,6 +465,13 @@ class Transaction(Protocol):
         """Lock the rows of the existing accounts among ``account_ids``."""
         ...
 
+    async def lock_or_create_accounts(
+        self, account_ids: Sequence[str]
+    ) -> tuple[dict[str, AccountState], dict[str, AccountState]]:
+        """Lock the existing rows and insert placeholders for the missing ones, in one pass
+        in sorted order (no deadlock); returns (existing rows, new placeholders)."""
+        ...
+
     async def create_accounts(self, account_ids: Sequence[str]) -> dict[str, AccountState]:
         """Insert and lock placeholder rows for those of ``account_ids`` that do not exist
         yet; ``settle_accounts`` counts or removes them before commit."""

@@ -3,8 +3,9 @@
 Why it is shaped this way (the embedded backends are different on purpose):
 
 - The database is the authority, not process memory. Every write runs in one transaction
-  that first locks the account's row (``SELECT ... FOR UPDATE``): operations on one account
-  are serialised in the database whichever process serves them, operations on different
+  that first locks its accounts' rows, existing or new, in one pass in sorted order
+  (``lock_or_create_accounts``: no deadlock): operations on one account are serialised in
+  the database whichever process serves them, operations on different
   accounts never wait for each other, and the journal (``entries``), the state rows and the
   idempotency record commit together or not at all.
 - Each process keeps a cache of trackers tagged with the row's ``version``. A write that finds
@@ -383,6 +384,40 @@ class PgTransaction:
             sorted(account_ids),
         )
         return {row["account_id"]: _state(row) for row in rows}
+
+    async def lock_or_create_accounts(
+        self, account_ids: Sequence[str]
+    ) -> tuple[dict[str, AccountState], dict[str, AccountState]]:
+        """Lock the rows of ``account_ids``, inserting placeholders for those that do not
+        exist, in one pass in sorted order (Python's code point order, the order every unit
+        of work takes its locks in, in every process): two transactions over overlapping
+        accounts cannot deadlock, whichever accounts exist or are being created meanwhile.
+        Returns (existing rows, new placeholders); a placeholder is one until
+        ``settle_accounts`` counts or removes it.
+
+        An existing row is locked by ``ON CONFLICT DO UPDATE ... WHERE false``: it updates
+        nothing but locks the row (as ``FOR UPDATE``: the SET names the key), waiting for a
+        transaction that holds it or is inserting it; a row whose inserter rolls back or
+        deletes it is inserted here instead. Locking existing rows first and inserting the
+        missing ones after (two passes) could deadlock with a transaction doing the same
+        while a third created one of the accounts."""
+        ordered = sorted(account_ids)
+        created_rows = await self._conn.fetch(
+            "INSERT INTO accounts SELECT unnest($1::text[]), 0, 0, 0, 1, 1, 0, NULL "
+            "ON CONFLICT (account_id) DO UPDATE SET account_id = EXCLUDED.account_id "
+            f"WHERE false RETURNING {_ACCOUNT_COLUMNS}",
+            ordered,
+        )
+        created = {row["account_id"]: _state(row) for row in created_rows}
+        existing: dict[str, AccountState] = {}
+        if len(created) < len(ordered):
+            # Locked above by this transaction: this statement sees their committed values.
+            rows_found = await self._conn.fetch(
+                f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE account_id = ANY($1::text[])",
+                [a for a in ordered if a not in created],
+            )
+            existing = {row["account_id"]: _state(row) for row in rows_found}
+        return existing, created
 
     async def create_accounts(self, account_ids: Sequence[str]) -> dict[str, AccountState]:
         """Insert and lock rows for those of ``account_ids`` that do not exist yet. A row that
