@@ -336,8 +336,8 @@ _UPSERT_ENTRY = (
 _DELETE_ENTRY = "DELETE FROM entries WHERE account_id = $1 AND sequence = $2"
 # A batch's new entries, live grants and account rows go in one statement per table, each
 # column an array (``unnest``): for the 1,000 rows of a batch of 1,000 operations this took
-# about 6 ms less per batch than ``executemany`` (median 28 against 34 ms for the three,
-# alternating batch by batch in one process; README, PostgreSQL batches).
+# about 6 to 12 ms less per batch than ``executemany`` (``bench/pg_write.py``: medians of 28
+# against 34 ms, and 46 against 58 ms on a busier machine; README, PostgreSQL batches).
 _INSERT_ENTRIES = (
     f"INSERT INTO entries ({columns(ENTRY_COLUMNS)}) "
     "SELECT a, s, k, t, av, d, g, x::jsonb, r, v FROM unnest($1::text[], $2::bigint[], "
