@@ -387,16 +387,6 @@ class PgTransaction:
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
 
-    async def lock_accounts(self, account_ids: Sequence[str]) -> dict[str, AccountState]:
-        """Lock the rows of the existing accounts among ``account_ids``, in sorted order (two
-        transactions locking overlapping sets cannot deadlock)."""
-        rows = await self._conn.fetch(
-            f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE account_id = ANY($1::text[]) "
-            "ORDER BY account_id FOR UPDATE",
-            sorted(account_ids),
-        )
-        return {row["account_id"]: _state(row) for row in rows}
-
     async def lock_or_create_accounts(
         self, account_ids: Sequence[str]
     ) -> tuple[dict[str, AccountState], dict[str, AccountState]]:
@@ -430,17 +420,6 @@ class PgTransaction:
             )
             existing = {row["account_id"]: _state(row) for row in rows_found}
         return existing, created
-
-    async def create_accounts(self, account_ids: Sequence[str]) -> dict[str, AccountState]:
-        """Insert and lock rows for those of ``account_ids`` that do not exist yet. A row that
-        another transaction inserted meanwhile is not returned: lock it with lock_accounts.
-        New rows are placeholders until ``settle_accounts`` counts or removes them."""
-        rows = await self._conn.fetch(
-            "INSERT INTO accounts SELECT unnest($1::text[]), 0, 0, 0, 1, 1, 0, NULL "
-            f"ON CONFLICT (account_id) DO NOTHING RETURNING {_ACCOUNT_COLUMNS}",
-            sorted(account_ids),
-        )
-        return {row["account_id"]: _state(row) for row in rows}
 
     async def account_count(self) -> int:
         """The number of accounts, locked until commit (account creation is serialised)."""
