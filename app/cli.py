@@ -495,10 +495,11 @@ def _export(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         async with open_snapshot(settings) as reader:
+            window = settings.lateness_window
             if args.output is None:
-                return await export(reader, args.account_id, args.format, sys.stdout)
+                return await export(reader, args.account_id, args.format, sys.stdout, window)
             with AtomicOutput(Path(args.output)) as out:
-                return await export(reader, args.account_id, args.format, out)
+                return await export(reader, args.account_id, args.format, out, window)
 
     try:
         count = asyncio.run(run())

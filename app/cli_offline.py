@@ -20,6 +20,7 @@ from typing import Any, Final, TextIO
 from app.api.render import entry as render_entry
 from app.domain import MAX_VALUE
 from app.service.audit import AccountAudit, audit_account
+from app.service.journal import watermark_in_force
 from app.service.limits import Limits
 from app.storage.base import Checkpoint, Entry, Position, SnapshotReader, position_of
 
@@ -151,11 +152,22 @@ def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, dict)):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return str(value)
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    else:
+        text = str(value)
+    # A cell a spreadsheet would take for a formula (a grant's name or metadata is the
+    # caller's text) is kept as text: OWASP's advice, a leading apostrophe.
+    if isinstance(value, str) and text[:1] in _FORMULA_STARTS:
+        return "'" + text
+    return text
 
 
-async def export(reader: SnapshotReader, account_id: str, fmt: str, out: TextIO) -> int:
+_FORMULA_STARTS: Final = frozenset("=+-@\t\r")
+
+
+async def export(
+    reader: SnapshotReader, account_id: str, fmt: str, out: TextIO, default_window: int = 0
+) -> int:
     """Write the account's ledger to ``out``: JSON lines (one entry a line, as
     ``listLedgerEntries`` shows it, with ``account_id``) or CSV (``CSV_COLUMNS``, a header
     first; lists and objects as JSON, absent values empty). Returns the number of entries;
@@ -168,9 +180,17 @@ async def export(reader: SnapshotReader, account_id: str, fmt: str, out: TextIO)
     if fmt == "csv":
         writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
         writer.writeheader()
+    # ``final`` as the service answers it: under the window in force (the service's
+    # ``default_window`` unless the account has its own), which may have been lowered since.
+    watermark = watermark_in_force(
+        loaded.watermark,
+        loaded.tracker_state.clock,
+        loaded.lateness_window,
+        default_window,
+    )
     count = 0
     async for entry in entries_of(reader, account_id):
-        body = {"account_id": account_id, **render_entry(entry, loaded.watermark)}
+        body = {"account_id": account_id, **render_entry(entry, watermark)}
         if writer is not None:
             writer.writerow({column: _cell(body.get(column)) for column in CSV_COLUMNS})
         else:

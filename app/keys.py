@@ -184,7 +184,13 @@ def save_records(path: Path, records: list[KeyRecord]) -> None:
     secrets, but the file's contents are nobody else's business."""
     path.parent.mkdir(parents=True, exist_ok=True)
     body = json.dumps({"keys": [asdict(r) for r in records]}, indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".api-keys.", suffix=".tmp")
+    _replace_owner_only(path, body, ".api-keys.")
+
+
+def _replace_owner_only(path: Path, body: str, temp_prefix: str) -> None:
+    """``path`` holds ``body`` afterwards, or what it held before (a temp file fsynced and
+    renamed over it), readable by the owner only."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temp_prefix, suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(body)
@@ -292,14 +298,4 @@ def record_last_used(keys_path: Path, used: dict[str, float], keep: set[str] | N
         if merged == recorded and (path.exists() or not merged):
             return
         body = json.dumps({"last_used_s": merged}, indent=2, sort_keys=True) + "\n"
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".last-used.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(body)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        _replace_owner_only(path, body, ".last-used.")

@@ -110,7 +110,9 @@ class TextFormatter(logging.Formatter):
         text = super().format(record)
         fields = getattr(record, FIELDS_ATTR, None)
         if isinstance(fields, dict):
-            extra = " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+            # A path is percent-decoded (%0A is a newline): values are shown escaped, so a
+            # caller cannot start a line of its own.
+            extra = " ".join(f"{k}={_one_line(v)}" for k, v in fields.items() if v is not None)
         else:
             request_id = REQUEST_ID.get()
             extra = f"request_id={request_id}" if request_id is not None else ""
@@ -244,6 +246,11 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _one_line(value: object) -> str:
+    text = str(value)
+    return text if text.isprintable() else ascii(text)[1:-1]
 
 
 FORMATTERS: Final[dict[LogFormat, str]] = {

@@ -192,6 +192,17 @@ class Metrics(Observer):
         self, operations: Sequence[Operation], outcome: BatchOutcome, changes: Sequence[Change]
     ) -> None:
         self.batch_operations.observe(len(operations))
+        self._count(operations, outcome, changes)
+
+    def events(
+        self, operations: Sequence[Operation], outcome: BatchOutcome, changes: Sequence[Change]
+    ) -> None:
+        self._count(operations, outcome, changes)
+
+    def _count(
+        self, operations: Sequence[Operation], outcome: BatchOutcome, changes: Sequence[Change]
+    ) -> None:
+        """Every operation's result, and the credits of those that succeeded."""
         results = outcome.results
         counts = self.operations
         if outcome.failed_index is not None:  # atomic, aborted: one refusal, nothing done

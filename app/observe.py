@@ -60,6 +60,12 @@ class Observer:
         """A batch was answered (its changes durable): every operation's result, in order,
         and the changes of the writes that succeeded, in the same order."""
 
+    def events(
+        self, operations: Sequence[Operation], outcome: BatchOutcome, changes: Sequence[Change]
+    ) -> None:
+        """A chunk of a usage stream was applied (its changes durable): as ``batch``, for
+        the lines the ledger applied or refused (duplicates are not operations)."""
+
     def auth_failed(self, reason: AuthFailure) -> None:
         """A request was refused 401 or 403."""
 

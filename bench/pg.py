@@ -4,6 +4,12 @@ sharing one PostgreSQL, 64 connections, over many accounts and on one hot accoun
 Run: ``.venv/bin/python bench/pg.py [--seconds S]`` (needs wrk and the PostgreSQL 15 server
 binaries; it starts its own throwaway server, as the tests do).
 
+Batches (issue 14, item 4): ``bench/http.py``'s batch of 1,000 operations (``bench/ceiling.py``'s
+``batch_body``: grants and consumptions over the same 1,000 accounts, so every batch locks every
+one of them and concurrent batches take turns), with 8 connections, on PostgreSQL with one and
+two processes, and on SQLite in the same run: the PostgreSQL figures are also given as a ratio
+to it.
+
 With two processes the 64 connections are split between them (two wrk instances at once)
 and their operations/s are added. Everything runs on this one 2-core machine: PostgreSQL, the
 service processes and wrk share two cores, so the second process buys little here; on a
@@ -51,12 +57,20 @@ end
 )
 
 
-def measure(urls: list[str], lua: str, seconds: float, connections: int) -> tuple[float, float]:
+BATCH_OPERATIONS = 1000
+BATCH_CONNECTIONS = 8  # as bench/http.py's batches of 1,000
+
+
+def measure(
+    urls: list[str], lua: str, seconds: float, connections: int, ops_per_request: int = 1
+) -> tuple[float, float]:
     """Total ops/s over ``urls`` (connections split evenly) and the worst p99 in ms."""
     results: list[object] = [None] * len(urls)
 
     def run(i: int, url: str) -> None:
-        results[i] = bench_http.run_wrk("pg", url, lua, seconds, connections // len(urls), 1)
+        results[i] = bench_http.run_wrk(
+            "pg", url, lua, seconds, connections // len(urls), ops_per_request
+        )
 
     threads = [threading.Thread(target=run, args=(i, u)) for i, u in enumerate(urls)]
     for t in threads:
@@ -78,8 +92,25 @@ def main() -> None:
     pg = Postgres()
     pg.start()
     rows: list[str] = []
+    batches: dict[str, float] = {}
+    batch_lua = bench_http.batch_lua(BATCH_OPERATIONS)
     try:
         with tempfile.TemporaryDirectory() as tmp:
+            sqlite = Server(Path(tmp) / "sqlite", storage="sqlite")
+            sqlite.start()
+            try:
+                bench_http.warm_up(sqlite.base_url)
+                ops, p99 = measure(
+                    [sqlite.base_url], batch_lua, args.seconds, BATCH_CONNECTIONS, BATCH_OPERATIONS
+                )
+                batches["sqlite"] = ops
+                rows.append(
+                    f"sqlite, 1 process, batches of {BATCH_OPERATIONS:,} {ops:>9,.0f} ops/s  "
+                    f"p99 {p99:8.2f} ms"
+                )
+                print(rows[-1], flush=True)
+            finally:
+                sqlite.stop()
             for processes in (1, 2):
                 url = pg.create_database(f"bench{processes}")
                 env = {"GPU_CREDITS_DATABASE_URL": url}
@@ -102,11 +133,23 @@ def main() -> None:
                             f"p99 {p99:8.2f} ms"
                         )
                         print(rows[-1], flush=True)
+                    ops, p99 = measure(
+                        urls, batch_lua, args.seconds, BATCH_CONNECTIONS, BATCH_OPERATIONS
+                    )
+                    batches[f"pg-{processes}"] = ops
+                    rows.append(
+                        f"{processes} process(es), batches of {BATCH_OPERATIONS:,} {ops:>9,.0f} "
+                        f"ops/s  p99 {p99:8.2f} ms  ({ops / batches['sqlite']:.2f} of sqlite)"
+                    )
+                    print(rows[-1], flush=True)
                 finally:
                     for s in servers:
                         s.stop()
     finally:
         pg.stop()
+    print("\nsummary")
+    for row in rows:
+        print(f"  {row}")
 
 
 if __name__ == "__main__":

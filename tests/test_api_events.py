@@ -560,3 +560,60 @@ async def test_late_lines_restate_as_single_writes_do(client: httpx.AsyncClient)
     assert results[3]["body"]["watermark"] == 10
     mine, theirs = await snapshot(client, "acme"), await snapshot(client, "twin")
     assert mine.ledger["entries"] == theirs.ledger["entries"]
+
+
+@before_storage
+async def test_a_chunk_that_fails_stops_the_stream_before_anything_after_it(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop line is the first line not applied: when a chunk fails, no later chunk is
+    applied, so resending from the stop line applies everything in order. (Chunks used to
+    overlap, and a later one could commit after an earlier one failed: its lines then came
+    before the resent ones, which were refused as too late.)"""
+    from app.service.errors import ServiceUnavailable
+    from app.service.ledger import Ledger
+
+    lines = [g("g", "acct-s", 10**6, 0, 10**9)]
+    lines += [c(f"c{t}", "acct-s", 1, t) for t in range(1, 4001)]  # more than one chunk
+    real_events = Ledger.events
+    calls = 0
+
+    async def first_chunk_fails(self: Ledger, chunk: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ServiceUnavailable("the disk is away")
+        return await real_events(self, chunk)
+
+    monkeypatch.setattr(Ledger, "events", first_chunk_fails)
+    results = await stream(client, lines)
+    assert [(r["line"], r["status"]) for r in results] == [(1, 503)]
+    assert calls == 1, "a chunk after the failed one was applied"
+    await assert_absent(client, "acct-s")
+    resent = await stream(client, lines)
+    assert [r["status"] for r in resent] == [201] + [200] * 4000
+    body = ok(await client.get(url("acct-s", "balance")))
+    assert (body["available"], body["debt"]) == (10**6 - 4000, 0)
+
+
+@before_storage
+async def test_unread_results_past_the_bound_stop_the_stream(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Results wait in memory for a client that sends before it reads; past the bound on
+    every stream's unsent results, a stream stops before its next chunk (503 at that
+    chunk's first line) instead of holding more, and the count goes back to 0 after."""
+    from app.api import events
+
+    monkeypatch.setattr(events, "MAX_UNSENT_RESULT_BYTES", 1)
+    lines = [c(f"c{t}", "acct-u", 1, t) for t in range(1, 2 + events.CHUNK_LINES)]
+    results = await stream(client, lines)
+    *applied, stop = results
+    assert applied, "the first chunk is applied: nothing waited before it"
+    assert [r["status"] for r in applied] == [200] * len(applied)
+    assert (stop["line"], stop["status"]) == (len(applied) + 1, 503)
+    assert stop["body"]["type"].endswith(":results-unread")
+    assert len(applied) < len(lines)
+    assert events._Sender.unsent_bytes_total == 0
+    body = ok(await client.get(url("acct-u", "balance")))
+    assert body["debt"] == len(applied)  # the first chunk only

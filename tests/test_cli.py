@@ -903,3 +903,12 @@ def test_python_dash_m_app_runs_the_commands(cli: Cli, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done
     assert done.stdout.startswith("KEY ID")
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_text() -> None:
+    from app.cli_offline import _cell
+
+    assert _cell("=HYPERLINK(1)") == "'=HYPERLINK(1)"
+    assert _cell("@sum") == "'@sum"
+    assert _cell("plain") == "plain"
+    assert _cell(-5) == "-5"  # a number stays a number

@@ -57,6 +57,7 @@ from typing import Any, Literal
 import httpx
 import pytest
 
+from tests.support.api import whole_ledger
 from tests.support.model import Account
 from tests.support.pg_server import PostgresServer
 from tests.support.server_process import ROOT, ServerProcess
@@ -68,7 +69,6 @@ SEED = int(os.environ.get("LINEARIZABILITY_SEED", "20250406"))
 TEST_TIMEOUT_S = 60  # each test, server starts included
 REQUEST_TIMEOUT_S = 15.0
 PROCESSES = 2
-LEDGER_PAGE_LIMIT = 1000
 
 # -- the linearizability run ------------------------------------------------------------
 ACCOUNTS = ("lin-a", "lin-b", "lin-c")
@@ -182,25 +182,6 @@ async def _send(http: httpx.AsyncClient, base_url: str, call: Call) -> None:
     call.end = time.monotonic()
     call.status = r.status_code
     call.body = r.json() if r.content else None
-
-
-async def _read_ledger(http: httpx.AsyncClient, base_url: str, account_id: str) -> list[Json]:
-    """Every entry, following the cursor; [] for an account that does not exist."""
-    entries: list[Json] = []
-    after = 0
-    while True:
-        r = await http.get(
-            f"{base_url}/v1/accounts/{account_id}/ledger",
-            params={"after": after, "limit": LEDGER_PAGE_LIMIT},
-        )
-        if r.status_code == 404 and after == 0:
-            return []
-        assert r.status_code == 200, r.text
-        page = r.json()
-        entries.extend(page["entries"])
-        if page["next_after"] is None:
-            return entries
-        after = page["next_after"]
 
 
 # -- the model ------------------------------------------------------------------------------
@@ -492,7 +473,7 @@ async def test_two_processes_are_linearizable_per_account(cluster: list[ServerPr
             final = Call(client=-1, server=0, account_id=account_id, kind="balance")
             await _send(http, urls[0], final)  # after everything: real time puts it last
             history.append(final)
-            ledgers = [await _read_ledger(http, url, account_id) for url in urls]
+            ledgers = [await whole_ledger(http, url, account_id) for url in urls]
             assert all(ledger == ledgers[0] for ledger in ledgers), (
                 f"{account_id}: the processes show different ledgers"
             )
@@ -598,7 +579,7 @@ async def test_one_process_killed_mid_load_loses_nothing_acknowledged(
     # Nothing acknowledged is lost; the ledger, read through the survivor, replays exactly.
     async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as http:
         for account_id in KILL_ACCOUNTS:
-            ledger = await _read_ledger(http, urls[survivor], account_id)
+            ledger = await whole_ledger(http, urls[survivor], account_id)
             mine = [c for c in calls if c.account_id == account_id]
             by_ts = {c.timestamp: c for c in mine}
             assert [e["sequence"] for e in ledger] == list(range(1, len(ledger) + 1))

@@ -54,6 +54,7 @@ from typing import Any, Literal
 import httpx
 import pytest
 
+from tests.support.api import whole_ledger
 from tests.support.late_model import JSON, LateAccount, Refused
 from tests.support.pg_server import PostgresServer
 from tests.support.server_process import ServerProcess
@@ -64,7 +65,6 @@ SEED = int(os.environ.get("LINEARIZABILITY_LATE_SEED", "20260613"))
 TEST_TIMEOUT_S = 60  # server starts included
 REQUEST_TIMEOUT_S = 15.0
 PROCESSES = 2
-LEDGER_PAGE_LIMIT = 1000
 
 ACCOUNTS = ("late-a", "late-b", "late-c")
 CLIENTS = 24
@@ -190,25 +190,6 @@ async def _send(http: httpx.AsyncClient, base_url: str, call: Call) -> None:
     call.end = time.monotonic()
     call.status = r.status_code
     call.body = r.json() if r.content else None
-
-
-async def _read_ledger(http: httpx.AsyncClient, base_url: str, account_id: str) -> list[JSON]:
-    """Every entry, following the cursor; [] for an account that does not exist."""
-    entries: list[JSON] = []
-    after = 0
-    while True:
-        r = await http.get(
-            f"{base_url}/v1/accounts/{account_id}/ledger",
-            params={"after": after, "limit": LEDGER_PAGE_LIMIT},
-        )
-        if r.status_code == 404 and after == 0:
-            return []
-        assert r.status_code == 200, r.text
-        page = r.json()
-        entries.extend(page["entries"])
-        if page["next_after"] is None:
-            return entries
-        after = page["next_after"]
 
 
 # -- the check ------------------------------------------------------------------------------
@@ -452,7 +433,7 @@ async def test_linearizable_with_late_writes(
             final = Call(client=-1, server=len(urls) - 1, account_id=account_id, kind="balance")
             await _send(http, urls[-1], final)  # after everything: real time puts it last
             load.calls.append(final)
-            ledgers = [await _read_ledger(http, url, account_id) for url in urls]
+            ledgers = [await whole_ledger(http, url, account_id) for url in urls]
             assert all(ledger == ledgers[0] for ledger in ledgers), (
                 f"{account_id}: the processes show different ledgers"
             )

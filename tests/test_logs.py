@@ -484,3 +484,13 @@ def test_a_real_server_writes_text_for_development(tmp_path: Path) -> None:
     startup = next(ln for ln in text.splitlines() if "Application startup complete" in ln)
     assert "INFO uvicorn.error: Application startup complete" in startup
     assert not startup.startswith("{")
+
+
+def test_text_lines_show_request_fields_escaped() -> None:
+    """A path is percent-decoded before it is logged (``%0A`` is a newline): in the text
+    format a caller must not be able to start a line of its own."""
+    record = logging.LogRecord("app.requests", logging.INFO, "", 0, "GET x 404", None, None)
+    record.fields = {"path": "/v1/accounts/a\nFORGED ERROR line/ledger", "status": 404}
+    line = TextFormatter().format(record)
+    assert "\n" not in line
+    assert "path=/v1/accounts/a\\nFORGED ERROR line/ledger" in line

@@ -4,6 +4,7 @@ never an account id); who may read the metrics; metrics switched off."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -315,3 +316,28 @@ async def test_debt_outstanding_is_loaded_again_at_a_restart(tmp_path: Path) -> 
         grant = {"amount": 10, "timestamp": 2, "expiry": 9}
         assert (await client.post(path(A1, "grants"), json=grant)).status_code == 201
         assert value(await scrape(client), "gpu_credits_debt_outstanding_credits") == 5
+
+
+async def test_usage_stream_lines_are_counted(tmp_path: Path) -> None:
+    """Lines a usage stream applies count as the same operations and credits would in a
+    batch (the review found them missing); duplicates are not operations."""
+    settings = Settings(storage="memory", data_dir=tmp_path, metrics_public=True)
+    lines = [
+        {"id": "e1", "op": "grant", "account_id": A1, "amount": 100, "timestamp": 1, "expiry": 50},
+        {"id": "e2", "op": "consume", "account_id": A1, "amount": 130, "timestamp": 2},
+        {"id": "e3", "op": "consume", "account_id": A1, "amount": 0, "timestamp": 3},  # 422
+    ]
+    body = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    headers = {"content-type": "application/x-ndjson"}
+    async with running(create_app(settings)) as client:
+        before = await scrape(client)
+        for _ in range(2):  # the second time: every line is a duplicate or refused again
+            r = await client.post("/v1/events", content=body, headers=headers)
+            assert r.status_code == 200, r.text
+        after = await scrape(client)
+    delta = Delta(before, after)
+    assert delta("gpu_credits_operations_total", kind="grant", result="ok") == 1
+    assert delta("gpu_credits_operations_total", kind="consume", result="ok") == 1
+    assert delta("gpu_credits_credits_total", kind="granted") == 100
+    assert delta("gpu_credits_credits_total", kind="consumed") == 100
+    assert delta("gpu_credits_credits_total", kind="debt_incurred") == 30

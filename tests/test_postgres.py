@@ -474,7 +474,7 @@ async def test_an_unexpected_driver_error_is_a_logged_503_never_a_500(
     async def bad_read(self: PostgresStore, account_id: str) -> None:
         raise asyncpg.InternalClientError("unexpected protocol state")
 
-    monkeypatch.setattr(PgTransaction, "lock_accounts", bad_query)
+    monkeypatch.setattr(PgTransaction, "lock_or_create_accounts", bad_query)
     monkeypatch.setattr(PostgresStore, "read_account", bad_read)
     with caplog.at_level(logging.ERROR):
         write = await _grant(pg_app.client, "bug", 5)
@@ -506,7 +506,7 @@ async def test_a_connection_lost_before_commit_is_unavailable_and_changes_nothin
             "connection was closed in the middle of operation"
         )
 
-    monkeypatch.setattr(PgTransaction, "lock_accounts", dies)
+    monkeypatch.setattr(PgTransaction, "lock_or_create_accounts", dies)
     r = await _grant(pg_app.client, "dropped", 10)
     monkeypatch.undo()
     assert r.status_code == 503, r.text

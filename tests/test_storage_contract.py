@@ -672,8 +672,7 @@ class TransactionalContract(StorageContract[TransactionalStore]):
         ones, in one transaction."""
         account_ids = list(dict.fromkeys(c.account.account_id for c in changes))
         async with store.transaction() as tx:
-            states = await tx.lock_accounts(account_ids)
-            created = await tx.create_accounts([a for a in account_ids if a not in states])
+            states, created = await tx.lock_or_create_accounts(account_ids)
             states.update(created)
             versions = {a: s.version for a, s in states.items()}
             await tx.write(changes, data.available_after(list(changes)), versions)
@@ -712,9 +711,26 @@ class TransactionalContract(StorageContract[TransactionalStore]):
         await self.write_all(store)
         listed = [data.account_row(a) for a in data.ACCOUNTS]
         async with store.transaction() as tx:
-            assert set(await tx.create_accounts(["ant", "zed"])) == {"ant", "zed"}
+            existing, created = await tx.lock_or_create_accounts(["ant", "zed"])
+            assert (existing, set(created)) == ({}, {"ant", "zed"})
             assert await store.read_accounts("", "", 10) == listed  # another connection
             await tx.settle_accounts(0, ["ant", "zed"])
+        assert await store.read_accounts("", "", 10) == listed
+
+    async def test_accounts_are_locked_or_created_in_one_pass(
+        self, store: TransactionalStore
+    ) -> None:
+        """Existing rows are returned as they are, missing ones as new placeholders (counted
+        or removed at settle time)."""
+        await self.write_all(store)
+        listed = [data.account_row(a) for a in data.ACCOUNTS]
+        async with store.transaction() as tx:
+            existing, created = await tx.lock_or_create_accounts(["zed", "bat", "ant", "acme"])
+            assert set(existing) == {"acme", "bat"}
+            assert existing["bat"] == await store.read_account("bat")
+            assert set(created) == {"ant", "zed"}
+            assert all(s.version == 0 for s in created.values())
+            await tx.settle_accounts(0, list(created))
         assert await store.read_accounts("", "", 10) == listed
 
 

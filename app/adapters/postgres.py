@@ -1,12 +1,13 @@
 """The PostgreSQL adapter: the same service, for several processes and hosts at once.
 
 The embedded adapter trusts process memory and writes behind it. Here the database decides:
-every unit of work is one transaction that locks the rows of its accounts (``SELECT ... FOR
-UPDATE``, in sorted order), so each account sees one operation at a time in real-time order,
-whichever process serves it (linearizable per account), while different accounts never wait
-for each other. Trackers are cached per process and tagged with the row version; a unit of
-work that finds another version reloads the account's live grants first. The cache is
-bounded by ``Limits.max_live_grants`` (least recently used evicted).
+every unit of work is one transaction that locks the rows of its accounts (existing or new,
+in one pass in sorted order, so units over overlapping accounts never deadlock), so each
+account sees one operation at a time in real-time order, whichever process serves it
+(linearizable per account), while different accounts never wait for each other. Trackers
+are cached per process and tagged with the row version; a unit of work that finds another
+version reloads the account's live grants first. The cache is bounded
+by ``Limits.max_live_grants`` (least recently used evicted).
 
 A COMMIT that fails after it may have taken effect is ``OutcomeUnknown`` (503, retry with the
 same Idempotency-Key), never ``ServiceUnavailable``, which here means nothing was committed.
@@ -396,12 +397,9 @@ class _PgUnitOfWork:
 
     async def begin(self, account_ids: Sequence[str]) -> None:
         tx = self._tx
-        self._rows = await tx.lock_accounts(account_ids)
-        missing = [a for a in account_ids if a not in self._rows]
-        if missing:
-            self._placeholders = await tx.create_accounts(missing)
-            raced = [a for a in missing if a not in self._placeholders]
-            self._rows.update(await tx.lock_accounts(raced))
+        # One pass in sorted order, existing and new accounts alike: no deadlock.
+        self._rows, self._placeholders = await tx.lock_or_create_accounts(account_ids)
+        if self._placeholders:
             # account_count() locks the count row: creation is serialised, so both budgets
             # are exact.
             self._account_budget = self._port._limits.max_accounts - await tx.account_count()

@@ -37,7 +37,7 @@ import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from pydantic import TypeAdapter, ValidationError
 from starlette.responses import Response
@@ -88,7 +88,13 @@ STREAM_TOO_LARGE = ProblemType("stream-too-large", "Stream body larger than the 
 LINE_TOO_LONG = ProblemType("line-too-long", "Stream line longer than the limit", 413)
 TOO_MANY_LINES = ProblemType("too-many-lines", "More lines than one stream may carry", 413)
 STREAM_TIMEOUT = ProblemType("stream-timeout", "Stream body paused too long", 408)
-STREAM_INCOMPLETE = ProblemType("stream-incomplete", "Stream ended inside a line", 400)
+RESULTS_UNREAD = ProblemType("results-unread", "Too many stream results waiting to be read", 503)
+# Result lines waiting for their clients, over every stream of this process. A client that
+# sends its whole body before it reads (most HTTP/1.1 clients) leaves its results here, and
+# an error result can be a hundred times the size of the line it answers: past this bound a
+# stream stops before its next chunk (503, at that chunk's first line) rather than hold
+# more. What one stream adds past it is at most one chunk's results.
+MAX_UNSENT_RESULT_BYTES: Final = 256 * 2**20
 
 _ID_RE: Final = re.compile(EVENT_ID_PATTERN)
 _LINE: TypeAdapter[GrantEvent | ConsumeEvent | VoidEvent] = TypeAdapter(EventLine)
@@ -263,6 +269,7 @@ class EventStream(Response):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            sender.abandon()  # whatever was not sent leaves the count of unsent bytes
 
     # -- the reader ------------------------------------------------------------------------
 
@@ -350,36 +357,42 @@ class EventStream(Response):
     # -- the writer ------------------------------------------------------------------------
 
     async def _write(self, sent: _Sender) -> None:
-        """Apply and answer until the stream stops. Two chunks overlap: the next one is
-        applied while the one before it is made durable (its locks released), and a
-        chunk's result lines are sent once it is durable, in order."""
-        pending: _InFlight | None = None
+        """Apply and answer until the stream stops, one chunk at a time: a chunk is applied
+        only once the one before it is durable, and its result lines are sent then, in
+        order. (Overlapping them, the next applied while the one before is made durable,
+        was faster, but when the earlier one then failed the later one could still commit,
+        and the client's resend of the earlier lines would arrive behind it: refused as
+        too late on its accounts. The resume protocol needs the stop line to be the first
+        line not applied.)"""
         while True:
             head = self._queue[0] if self._queue else None
-            current: _InFlight | None = None
-            if head is not None and not isinstance(head, _Stop):
-                current = await self._start(self._take_chunk())
-            elif pending is None:
-                if head is None:
-                    self._queued.clear()
-                    await self._queued.wait()
-                    continue
-                item = self._queue.popleft()
-                assert isinstance(item, _Stop)
-                if item.gone:
-                    sent.abandon()
-                elif item.problem is not None:
-                    sent.add(_error_line(item.number, None, item.status, item.problem))
-                return
-            if pending is not None:
-                stop = await self._finish(pending, sent)
+            if head is None:
+                self._queued.clear()
+                await self._queued.wait()
+                continue
+            if not isinstance(head, _Stop):
+                if _Sender.unsent_bytes_total > MAX_UNSENT_RESULT_BYTES:
+                    detail = (
+                        f"more than {MAX_UNSENT_RESULT_BYTES} bytes of results wait to be read "
+                        f"(this stream's and others'); line {head.number} and after were not "
+                        "applied: read results while sending, then resend from this line"
+                    )
+                    sent.add(_error_line(head.number, None, 503, _problem(RESULTS_UNREAD, detail)))
+                    return
+                flight = await self._start(self._take_chunk())
+                stop = await self._finish(flight, sent)
                 if stop is not None:
-                    if current is not None:  # applied or not: the client resumes before it
-                        await current.settled()
                     sent.add(stop)
                     return
                 sent.flush()
-            pending = current
+                continue
+            item = self._queue.popleft()
+            assert isinstance(item, _Stop)
+            if item.gone:
+                sent.abandon()
+            elif item.problem is not None:
+                sent.add(_error_line(item.number, None, item.status, item.problem))
+            return
 
     def _take_chunk(self) -> list[_Line | _Bad]:
         """The queued lines up to the next stop, at most CHUNK_LINES, cut before a line
@@ -402,9 +415,8 @@ class EventStream(Response):
         return chunk
 
     async def _start(self, chunk: list[_Line | _Bad]) -> _InFlight:
-        """Answer what needs no ledger, and start applying the rest; return once the chunk
-        holds its accounts and has submitted its changes (or failed), so that a chunk
-        started next is applied after it on every account they share."""
+        """Answer what needs no ledger, and start applying the rest (``_finish`` waits for
+        it to be durable)."""
         answers: list[bytes | None] = []
         lines: list[_Line] = []
         for item in chunk:
@@ -421,15 +433,11 @@ class EventStream(Response):
             lines.append(item)
         flight = _InFlight(chunk, answers, lines)
         if lines:
-            submitted = asyncio.Event()
             flight.task = asyncio.create_task(
                 self._ledger.events(
-                    [EventOp(line.event_id, line.fingerprint, line.op) for line in lines],
-                    submitted=submitted.set,
+                    [EventOp(line.event_id, line.fingerprint, line.op) for line in lines]
                 )
             )
-            flight.task.add_done_callback(lambda _: submitted.set())
-            await submitted.wait()
         return flight
 
     async def _finish(self, flight: _InFlight, sent: _Sender) -> bytes | None:
@@ -474,13 +482,6 @@ class _InFlight:
     lines: list[_Line]
     task: asyncio.Task[list[EventResult]] | None = None
 
-    async def settled(self) -> None:
-        """Wait for the task, whatever its outcome (a chunk after the one that stopped the
-        stream: its lines are sent again by the client, and answer duplicate if applied)."""
-        if self.task is not None:
-            with contextlib.suppress(Exception):
-                await self.task
-
 
 class _Sender:
     """Result lines on their way to the client, sent by a task of their own: the writer
@@ -488,9 +489,12 @@ class _Sender:
     the whole body first), so such a client cannot stall the stream. What waits here is
     bounded by the lines one stream may carry."""
 
+    unsent_bytes_total: ClassVar[int] = 0  # every stream's (see MAX_UNSENT_RESULT_BYTES)
+
     def __init__(self, send: Send) -> None:
         self._send = send
         self._pending: list[bytes] = []
+        self._pending_bytes = 0
         self._ready = asyncio.Event()
         self._closing = False
         self._gone = False
@@ -498,6 +502,13 @@ class _Sender:
 
     def add(self, line: bytes) -> None:
         self._pending.append(line)
+        self._pending_bytes += len(line)
+        _Sender.unsent_bytes_total += len(line)
+
+    def _forget_pending(self) -> None:
+        _Sender.unsent_bytes_total -= self._pending_bytes
+        self._pending = []
+        self._pending_bytes = 0
 
     def flush(self) -> None:
         """Send what was added (a chunk's lines: they are committed)."""
@@ -507,7 +518,7 @@ class _Sender:
     def abandon(self) -> None:
         """The client is gone: nothing more is sent."""
         self._gone = True
-        self._pending = []
+        self._forget_pending()
 
     async def close(self) -> None:
         """Send what is left, then end the body."""
@@ -519,8 +530,12 @@ class _Sender:
         while True:
             if self._pending and not self._gone:
                 body = b"".join(self._pending)
-                self._pending = []
-                await self._send_part(body, more=True)
+                size = self._pending_bytes
+                self._pending, self._pending_bytes = [], 0
+                try:  # counted until sent: a client that does not read holds it here
+                    await self._send_part(body, more=True)
+                finally:
+                    _Sender.unsent_bytes_total -= size
             elif self._closing:
                 if not self._gone:
                     await self._send_part(b"", more=False)

@@ -224,8 +224,9 @@ def _auth_error(request: Request, exc: Exception) -> JSONResponse:
         return problem_response(
             UNAUTHENTICATED, str(exc), headers={"WWW-Authenticate": 'Bearer realm="gpu-credits"'}
         )
-    # 401s are counted where they are found (app.api.auth.authenticate); 403s here, the one
-    # place every Forbidden ends up.
+    # 401s are counted where they are found (app.api.auth.authenticate); 403s of requests
+    # here. Not counted: a usage stream's per-line 403 (a result line, the stream goes on)
+    # and the account page's (an HTML page).
     observer = getattr(request.app.state, "observer", None)
     if observer is not None:
         observer.auth_failed("forbidden")

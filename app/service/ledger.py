@@ -299,9 +299,7 @@ class Ledger:
         self._observer.batch(operations, outcome, changes)
         return outcome
 
-    async def events(
-        self, lines: Sequence[EventOp], submitted: Callable[[], None] | None = None
-    ) -> list[EventResult]:
+    async def events(self, lines: Sequence[EventOp]) -> list[EventResult]:
         """Apply one chunk of a usage stream, in order, with one commit: each line as a
         non-atomic batch would apply its operation, unless its account already took its id.
         A line whose id the account took for the same operation is a ``Duplicate`` (nothing
@@ -309,8 +307,7 @@ class Ledger:
         with its change, in the same commit, so it is taken exactly when its effect is
         durable. A refused line takes no id: sent again, it is judged again. The ids of one
         chunk are distinct per account (the caller cuts a chunk before a repeated one, so
-        the repeat is judged against a committed record). ``submitted`` is called once the
-        changes are submitted, before they are durable."""
+        the repeat is judged against a committed record)."""
         self._check_serving()
         assert 1 <= len(lines) <= MAX_BATCH_OPERATIONS
         keys = [(line.op.account_id, line.event_id) for line in lines]
@@ -339,6 +336,7 @@ class Ledger:
                     continue
                 fresh.append(index)
             changes: list[Change] = []
+            applied: tuple[Sequence[Operation], BatchOutcome] | None = None
             if fresh:
                 operations = [lines[i].op for i in fresh]
                 held = {a: s for a in account_ids if (s := uow.account(a)) is not None}
@@ -364,11 +362,10 @@ class Ledger:
                     else:
                         assert isinstance(result, Exception), "a stream has no reads"
                         answers[index] = result
+                applied = (operations, outcome)
             await uow.commit(changes, None)
-            if submitted is not None:
-                # The changes are on their way while the accounts are still held: a unit
-                # of work on them begun from now on comes after these changes.
-                submitted()
+        if applied is not None:
+            self._observer.events(*applied, changes)
         assert all(a is not None for a in answers)
         return [a for a in answers if a is not None]
 

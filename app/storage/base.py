@@ -461,13 +461,12 @@ class EmbeddedJournal(StorageBackend, Protocol):
 class Transaction(Protocol):
     """One transaction of a ``TransactionalStore``; every method runs inside it."""
 
-    async def lock_accounts(self, account_ids: Sequence[str]) -> dict[str, AccountState]:
-        """Lock the rows of the existing accounts among ``account_ids``."""
-        ...
-
-    async def create_accounts(self, account_ids: Sequence[str]) -> dict[str, AccountState]:
-        """Insert and lock placeholder rows for those of ``account_ids`` that do not exist
-        yet; ``settle_accounts`` counts or removes them before commit."""
+    async def lock_or_create_accounts(
+        self, account_ids: Sequence[str]
+    ) -> tuple[dict[str, AccountState], dict[str, AccountState]]:
+        """Lock the existing rows and insert placeholders for the missing ones, in one pass
+        in sorted order (no deadlock); returns (existing rows, new placeholders).
+        ``settle_accounts`` counts or removes the placeholders before commit."""
         ...
 
     async def account_count(self) -> int:

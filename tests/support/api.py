@@ -116,6 +116,25 @@ async def all_entries(client: httpx.AsyncClient, account_id: str = ACCOUNT) -> l
     return entries
 
 
+async def whole_ledger(http: httpx.AsyncClient, base_url: str, account_id: str) -> list[JSON]:
+    """Every entry of an account on a server at ``base_url``, following the cursor (pages of
+    1,000); [] for an account that does not exist."""
+    entries: list[JSON] = []
+    after = 0
+    while True:
+        r = await http.get(
+            f"{base_url}/v1/accounts/{account_id}/ledger", params={"after": after, "limit": 1000}
+        )
+        if r.status_code == 404 and after == 0:
+            return []
+        assert r.status_code == 200, r.text
+        page = r.json()
+        entries.extend(page["entries"])
+        if page["next_after"] is None:
+            return entries
+        after = page["next_after"]
+
+
 async def paginate(client: httpx.AsyncClient, limit: int, account_id: str = ACCOUNT) -> list[JSON]:
     entries: list[JSON] = []
     after = 0
