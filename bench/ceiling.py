@@ -26,7 +26,6 @@ import argparse
 import heapq
 import json
 import sqlite3
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
