@@ -28,8 +28,8 @@ HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(HERE.parent))
 
-from bench.ceiling import ACCOUNTS, FAR_EXPIRY, batch_body  # noqa: E402
-from bench.ceiling import measure as measure_ceiling  # noqa: E402
+from bench.ceiling import ACCOUNTS, FAR_EXPIRY, batch_body
+from bench.ceiling import measure as measure_ceiling
 
 Message = MutableMapping[str, Any]
 App = Callable[
