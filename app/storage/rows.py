@@ -127,6 +127,9 @@ AccountValues = tuple[str, int, int, int, int, str | None, int, int | None, int]
 IdempotencyValues = tuple[str, str, str, int, bytes, float]
 EventIdValues = tuple[str, str, str, int, int | None, float]
 
+# json.dumps(..., separators=...) builds an encoder per call: one, shared (it keeps no state).
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"))
+
 
 @dataclass(slots=True)
 class Rows:
@@ -382,9 +385,6 @@ def _check_live_grants(change: Change) -> None:
         removed.add(grant_id)
 
 
-_COMPACT: Final = json.JSONEncoder(separators=(",", ":"))
-
-
 def details_text(e: Entry) -> str:
     """The ``details`` column of an entry: ``_details`` as compact JSON. The common shapes
     (no label, no classes: only integers) are formatted directly, byte for byte what
@@ -458,7 +458,7 @@ def _allocation(a: Allocation) -> dict[str, Any]:
 
 def classes_text(resources: tuple[str, ...] | None) -> str | None:
     """A class list as its column keeps it (JSON; NULL: unrestricted)."""
-    return None if resources is None else json.dumps(list(resources), separators=(",", ":"))
+    return None if resources is None else _COMPACT.encode(list(resources))
 
 
 def classes_of(text: str | None) -> tuple[str, ...] | None:
@@ -469,7 +469,7 @@ def debts_text(debts: tuple[Debt, ...]) -> str | None:
     """The debt queue as its column keeps it (JSON; NULL: none, or all of no class)."""
     if not debts:
         return None
-    return json.dumps([[d.resource, d.amount] for d in debts], separators=(",", ":"))
+    return _COMPACT.encode([[d.resource, d.amount] for d in debts])
 
 
 def debts_of(text: str | None) -> tuple[Debt, ...]:
