@@ -415,7 +415,8 @@ class Ledger:
                         uow, account, op.grant_id, op.timestamp, grant, voided
                     )
                 elif isinstance(op, GrantOp):
-                    label = Label(op.name, op.metadata)
+                    unlabelled = op.name is None and op.metadata is None
+                    label = NO_LABEL if unlabelled else Label(op.name, op.metadata)
                     change, receipt = self._grant(
                         uow, account, op.amount, op.timestamp, op.expiry, label, op.resources
                     )
