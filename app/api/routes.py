@@ -743,6 +743,8 @@ async def apply_batch(
             operation_index=index,
             operation_problem=inner.body(),
         )
+    if result.answer is not None:  # encoded already, for its Idempotency-Key
+        return _json(result.answer.body, result.answer.status_code)
     return _json(render.batch(result), render.BATCH_STATUS)
 
 

@@ -294,7 +294,8 @@ class Ledger:
                 # Kept with what the batch changed. A batch that changed nothing (only reads,
                 # or every operation refused) left no trace, like a failed single request:
                 # a retry runs it again, and it stores nothing.
-                key = self._key_record(scope, idempotency, self._encode(outcome))
+                outcome.answer = self._encode(outcome)
+                key = self._key_record(scope, idempotency, outcome.answer)
             await uow.commit(changes, key)
         self._observer.batch(operations, outcome, changes)
         return outcome
