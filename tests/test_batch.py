@@ -18,8 +18,12 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import TypeAdapter
 
+from app.api import render
+from app.api.problems import describe
 from app.main import create_app
+from app.service.results import BatchOutcome
 from app.settings import Settings
 from tests.support.api import (
     JSON,
@@ -307,6 +311,54 @@ async def test_one_failure_does_not_stop_the_others(client: httpx.AsyncClient) -
     ]
     assert state["balance"]["balance"] == 70
     await assert_absent(client, "ghost")
+
+
+async def test_the_answer_is_byte_for_byte_the_whole_body_dumped_at_once(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # render.batch writes grants' and consumptions' items itself, in one pass: the bytes
+    # must be what pydantic makes of the whole body, for every kind of result.
+    outcomes: list[BatchOutcome] = []
+    one_pass = render.batch
+
+    def recorded(outcome: BatchOutcome) -> bytes:
+        outcomes.append(outcome)
+        return one_pass(outcome)
+
+    monkeypatch.setattr(render, "batch", recorded)
+    labelled = g("r", 50, 1, 100) | {
+        "name": 'Q3 \u00e9t\u00e9 "promo"',
+        "metadata": {"k": "v\n"},
+        "resources": ["h100", "a100"],
+    }
+    ops = [
+        g("r", 100, 1, 100),
+        labelled,
+        c("r", 30, 2),
+        c("r", 10, 3) | {"resource": "h100"},
+        c("r", 500, 4),  # into debt
+        c("r", 1, 1),  # 409: before the clock
+        {"op": "void", "account_id": "r", "grant_id": 2, "timestamp": 5},
+        {"op": "void", "account_id": "r", "grant_id": 9, "timestamp": 5},  # 404
+        b("r"),
+        b("r", 2),
+        b("ghost"),  # 404
+        g("s", 7, 1, 2),
+    ]
+    response = await post_batch(client, ops)
+    batch_ok(response, len(ops))
+    [outcome] = outcomes
+    items = []
+    for op, result in zip(outcome.operations, outcome.results, strict=True):
+        name, status = render._name_and_status(op)
+        if isinstance(result, Exception):
+            described = describe(result)
+            items.append(render._BatchItem(name, described.kind.status, described.body()))
+        else:
+            items.append(render._BatchItem(name, status, result))
+    failed = sum(isinstance(r, Exception) for r in outcome.results)
+    whole = render._BatchBody(len(items) - failed, failed, items)
+    assert response.content == TypeAdapter(render._BatchBody).dump_json(whole)
 
 
 async def test_timed_reads_in_a_batch_change_nothing_and_see_the_batch_so_far(

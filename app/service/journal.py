@@ -491,7 +491,8 @@ def _write(
     restated: list[Entry] = []
     for line in outcome.upserted:
         (new if line.sequence >= first_new else restated).append(entry_of(line))
-    new.sort(key=lambda e: e.sequence)
+    if len(new) > 1:
+        new.sort(key=_sequence_of)
     change = Change(
         account=_account_row(account),
         upserted_live_grants=list(outcome.live_upserted),
@@ -502,6 +503,10 @@ def _write(
         checkpoint=_checkpoint(outcome.checkpoints),
     )
     return outcome, change
+
+
+def _sequence_of(entry: Entry) -> int:
+    return entry.sequence
 
 
 def entry_of(line: Line) -> Entry:

@@ -294,7 +294,8 @@ class Ledger:
                 # Kept with what the batch changed. A batch that changed nothing (only reads,
                 # or every operation refused) left no trace, like a failed single request:
                 # a retry runs it again, and it stores nothing.
-                key = self._key_record(scope, idempotency, self._encode(outcome))
+                outcome.answer = self._encode(outcome)
+                key = self._key_record(scope, idempotency, outcome.answer)
             await uow.commit(changes, key)
         self._observer.batch(operations, outcome, changes)
         return outcome
@@ -412,7 +413,8 @@ class Ledger:
                         uow, account, op.grant_id, op.timestamp, grant, voided
                     )
                 elif isinstance(op, GrantOp):
-                    label = Label(op.name, op.metadata)
+                    unlabelled = op.name is None and op.metadata is None
+                    label = NO_LABEL if unlabelled else Label(op.name, op.metadata)
                     change, receipt = self._grant(
                         uow, account, op.amount, op.timestamp, op.expiry, label, op.resources
                     )

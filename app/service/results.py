@@ -204,6 +204,9 @@ class BatchOutcome:
     operations: Sequence[Operation]
     results: list[Result | Exception]
     failed_index: int | None
+    # The answer as the API layer encoded it for an Idempotency-Key, when it was: sent as
+    # is rather than encoded again.
+    answer: Answer | None = None
 
 
 @dataclass(slots=True)

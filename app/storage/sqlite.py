@@ -781,7 +781,11 @@ class SqliteStore:
             changes = [c for chunk, _ in group for c in chunk]
             started_s = time.perf_counter()
             try:
-                await loop.run_in_executor(self._writer, self._write, changes)
+                # Encoded here, on the event loop: the writer thread then runs only SQLite
+                # (C, which lets go of the GIL), not Python that would compete with the loop.
+                encoded = rows.encode(changes)  # asserts the changes' invariants first
+                accounts = encoded.account_values()
+                await loop.run_in_executor(self._writer, self._write, encoded, accounts)
             except Exception as exc:  # any failure poisons the store: see module docstring
                 failure = self._fail(f"commit failed: {exc}", exc)
                 failed = group + self._queue
@@ -811,13 +815,12 @@ class SqliteStore:
         self._queued_changes -= sum(len(chunk) for chunk, _ in group)
         return group
 
-    def _write(self, changes: list[Change]) -> None:
+    def _write(self, group: rows.Rows, accounts: list[rows.AccountValues]) -> None:
         """One transaction for the whole group, one executemany per statement: far fewer
         calls into SQLite than one per change (``app.storage.rows`` says why the live
         grants may be written in any order)."""
         conn = self._write_conn
         assert conn is not None, "store is not open"
-        group = rows.encode(changes)  # asserts the changes' invariants first
         # Before: do not write into a file that is gone. After: do not acknowledge a commit
         # that may have gone into one (the path changed while it ran).
         self._raise_if_moved()
@@ -839,7 +842,7 @@ class SqliteStore:
                 conn.executemany(_UPSERT_LIVE_GRANT, group.live_grant_upserts)
             if group.live_grant_deletes:
                 conn.executemany(_DELETE_LIVE_GRANT, group.live_grant_deletes)
-            conn.executemany(_UPSERT_ACCOUNT, group.account_values())
+            conn.executemany(_UPSERT_ACCOUNT, accounts)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
