@@ -17,9 +17,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+# Run as ``python bench/events.py``, bench/ comes first on sys.path, where bench/http.py
+# shadows the standard library's http (httpx needs it): move bench/ last, and import the
+# project from the repository root.
+sys.path.sort(key=lambda p: Path(p or ".").resolve() == Path(__file__).resolve().parent)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
 
