@@ -60,7 +60,7 @@ import pytest
 from tests.support.api import whole_ledger
 from tests.support.model import Account
 from tests.support.pg_server import PostgresServer
-from tests.support.server_process import ROOT, ServerProcess
+from tests.support.server_process import ROOT, ServerProcess, postgres_processes, started
 
 Json = dict[str, Any]
 Kind = Literal["grant", "consume", "balance"]
@@ -99,18 +99,8 @@ def cluster(postgres_url: PostgresServer, tmp_path: Path) -> Iterator[list[Serve
     if not _postgres_backend_present():
         pytest.fail("app/storage/postgres.py is missing: the postgres backend is required")
     database_url = postgres_url.create_database(f"lin_{uuid.uuid4().hex[:16]}")
-    env = {"GPU_CREDITS_STORAGE": "postgres", "GPU_CREDITS_DATABASE_URL": database_url}
-    servers = [
-        ServerProcess(tmp_path / f"process-{i}", storage="postgres", env=env)
-        for i in range(PROCESSES)
-    ]
-    try:
-        for server in servers:  # one after the other: the first one migrates the schema
-            server.start()
+    with started(postgres_processes(tmp_path, database_url, PROCESSES)) as servers:
         yield servers
-    finally:
-        for server in servers:
-            server.stop()
 
 
 # -- the history ----------------------------------------------------------------------------

@@ -57,7 +57,7 @@ import pytest
 from tests.support.api import whole_ledger
 from tests.support.late_model import JSON, LateAccount, Refused
 from tests.support.pg_server import PostgresServer
-from tests.support.server_process import ServerProcess
+from tests.support.server_process import ServerProcess, postgres_processes, started
 
 Kind = Literal["grant", "consume", "void", "balance"]
 
@@ -85,22 +85,9 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[Ser
     else:
         postgres_url: PostgresServer = request.getfixturevalue("postgres_url")
         database_url = postgres_url.create_database(f"linlate_{uuid.uuid4().hex[:16]}")
-        env = {
-            "GPU_CREDITS_STORAGE": "postgres",
-            "GPU_CREDITS_DATABASE_URL": database_url,
-            **window,
-        }
-        servers = [
-            ServerProcess(tmp_path / f"process-{i}", storage="postgres", env=env)
-            for i in range(PROCESSES)
-        ]
-    try:
-        for server in servers:  # one after the other: the first one migrates the schema
-            server.start()
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
+        servers = postgres_processes(tmp_path, database_url, PROCESSES, window)
+    with started(servers) as running_servers:
+        yield running_servers
 
 
 # -- the history ----------------------------------------------------------------------------

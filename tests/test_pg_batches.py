@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.support.pg_server import PostgresServer
-from tests.support.server_process import ServerProcess
+from tests.support.server_process import ServerProcess, postgres_processes, started
 
 TEST_TIMEOUT_S = 120
 REQUEST_TIMEOUT_S = 30.0
@@ -38,18 +38,8 @@ FAR_EXPIRY = 10**15
 def cluster(postgres_url: PostgresServer, tmp_path: Path) -> Iterator[list[ServerProcess]]:
     """Two service processes on different ports sharing one fresh database."""
     database_url = postgres_url.create_database(f"batches_{uuid.uuid4().hex[:16]}")
-    env = {"GPU_CREDITS_STORAGE": "postgres", "GPU_CREDITS_DATABASE_URL": database_url}
-    servers = [
-        ServerProcess(tmp_path / f"process-{i}", storage="postgres", env=env)
-        for i in range(PROCESSES)
-    ]
-    try:
-        for server in servers:  # one after the other: the first one migrates the schema
-            server.start()
+    with started(postgres_processes(tmp_path, database_url, PROCESSES)) as servers:
         yield servers
-    finally:
-        for server in servers:
-            server.stop()
 
 
 def _grants(accounts: list[str], timestamp: int) -> dict[str, Any]:

@@ -3,6 +3,7 @@ console script from the project's virtualenv), for end-to-end and crash tests.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import httpx
@@ -123,3 +125,32 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait(timeout=30)
         return self.proc.returncode
+
+
+@contextlib.contextmanager
+def started(servers: list[ServerProcess]) -> Iterator[list[ServerProcess]]:
+    """``servers`` started one after the other (the first one migrates a shared schema),
+    stopped on exit whatever happened."""
+    try:
+        for server in servers:
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def postgres_processes(
+    tmp_path: Path, database_url: str, count: int, env: Mapping[str, str] | None = None
+) -> list[ServerProcess]:
+    """``count`` service processes (not started) sharing the PostgreSQL database at
+    ``database_url``, each with its own data directory under ``tmp_path``."""
+    shared = {
+        "GPU_CREDITS_STORAGE": "postgres",
+        "GPU_CREDITS_DATABASE_URL": database_url,
+        **(env or {}),
+    }
+    return [
+        ServerProcess(tmp_path / f"process-{i}", storage="postgres", env=shared)
+        for i in range(count)
+    ]
