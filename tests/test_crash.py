@@ -43,6 +43,7 @@ from typing import Any, Literal
 import httpx
 import pytest
 
+from tests.support.kill_round import Round
 from tests.support.model import Account as AccountModel
 from tests.support.server_process import ServerProcess
 
@@ -113,23 +114,6 @@ class Account:
     issued_clock: int = 0  # latest timestamp ever sent, acknowledged or not
     keys_issued: int = 0
     in_flight: Op | None = None
-
-
-@dataclass
-class Round:
-    kill_after_acks: int
-    acked: int = 0
-    failures: list[str] = field(default_factory=list)
-    trigger: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def ack(self) -> None:
-        self.acked += 1
-        if self.acked >= self.kill_after_acks:
-            self.trigger.set()
-
-    def fail(self, message: str) -> None:
-        self.failures.append(message)
-        self.trigger.set()  # no point in waiting for more load
 
 
 @functools.cache

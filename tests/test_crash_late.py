@@ -45,6 +45,7 @@ from typing import Literal
 import httpx
 import pytest
 
+from tests.support.kill_round import Round
 from tests.support.late_model import JSON, LateAccount, Refused
 from tests.support.server_process import ServerProcess
 from tests.test_crash import fetch_ledger, make_client
@@ -149,23 +150,6 @@ class Account:
     ops: list[Op] = field(default_factory=list)
     keys_issued: int = 0
     in_flight: Op | None = None
-
-
-@dataclass
-class Round:
-    kill_after_acks: int
-    acked: int = 0
-    failures: list[str] = field(default_factory=list)
-    trigger: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def ack(self) -> None:
-        self.acked += 1
-        if self.acked >= self.kill_after_acks:
-            self.trigger.set()
-
-    def fail(self, message: str) -> None:
-        self.failures.append(message)
-        self.trigger.set()  # no point in waiting for more load
 
 
 def next_op(account: Account) -> Op:
