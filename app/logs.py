@@ -41,6 +41,8 @@ FIELDS_ATTR: Final = "fields"
 # How long a line below WARNING may wait in memory before it is written (GPU_CREDITS_LOG_FLUSH_MS
 # sets it for the service), and how much may wait at most: past this, lines are written at once.
 DEFAULT_FLUSH_INTERVAL_S: Final = 0.1
+# Counted in characters of the formatted lines: JSON lines are ASCII (escaped), so that is
+# bytes; a text-format line with other characters takes a few more bytes than counted.
 BUFFER_CAPACITY_BYTES: Final = 64 * 1024
 
 
