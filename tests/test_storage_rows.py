@@ -180,3 +180,35 @@ def test_the_details_column_is_byte_for_byte_the_json_of_the_details(entry: Entr
     expected = json.dumps(rows._details(entry), separators=(",", ":"))
     assert rows.details_text(entry) == expected
     assert json.loads(rows.details_text(entry)) == rows._details(entry)
+
+
+def test_the_checks_refuse_a_live_grant_named_twice_in_one_change() -> None:
+    row = AccountRow("a", clock=1, debt=0, next_grant_id=3, next_sequence=1)
+    live = LiveGrant(1, 10, 4)
+    rows.check_changes([Change(row, upserted_live_grants=[live], removed_grant_ids=[2])])
+    for named_twice in (
+        Change(row, upserted_live_grants=[live, live]),
+        Change(row, upserted_live_grants=[live], removed_grant_ids=[1]),
+        Change(row, removed_grant_ids=[2, 2]),
+    ):
+        with pytest.raises(AssertionError, match="twice"):
+            rows.check_changes([named_twice])
+    with pytest.raises(AssertionError, match="no grant 3"):
+        rows.check_changes([Change(row, removed_grant_ids=[3])])
+
+
+def test_the_checks_refuse_a_lone_entry_naming_a_grant_not_made_and_two_at_one_place() -> None:
+    row = AccountRow("a", clock=5, debt=0, next_grant_id=2, next_sequence=2)
+    grant = GrantEntry(1, 5, 7, 0, grant_id=1, amount=7, expiry=9, settled_debt=0, retained=7)
+    rows.check_changes([Change(row, entries=[grant])])
+    unknown = GrantEntry(1, 5, 7, 0, grant_id=2, amount=7, expiry=9, settled_debt=0, retained=7)
+    with pytest.raises(AssertionError, match="names grant 2"):
+        rows.check_changes([Change(row, entries=[unknown])])
+    late = GrantEntry(1, 6, 7, 0, grant_id=1, amount=7, expiry=9, settled_debt=0, retained=7)
+    with pytest.raises(AssertionError, match="after the clock"):
+        rows.check_changes([Change(row, entries=[late])])
+    # Two expirations of one grant at one timestamp would share a position.
+    two = AccountRow("a", clock=5, debt=0, next_grant_id=2, next_sequence=3)
+    twice = [ExpirationEntry(s, 5, 0, 0, grant_id=1, expiry=5, amount=1) for s in (1, 2)]
+    with pytest.raises(AssertionError, match="two entries at"):
+        rows.check_changes([Change(two, entries=twice)])

@@ -197,7 +197,10 @@ def grant(
     outcome, change = _write(account, GrantWrite(amount, timestamp, expiry, resources), live_room)
     line = outcome.line
     assert isinstance(line, GrantLine)
-    [entry] = [e for e in change.entries if e.sequence == line.sequence]
+    # Its own entry is new: the last one for a write in order (what it expired comes before).
+    entry = change.entries[-1]
+    if entry.sequence != line.sequence:
+        [entry] = [e for e in change.entries if e.sequence == line.sequence]
     assert isinstance(entry, GrantEntry), "a grant's own entry is new"
     entry.name = label.name
     entry.metadata = label.metadata

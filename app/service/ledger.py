@@ -479,7 +479,9 @@ class Ledger:
             )
         except NoLiveRoom:
             raise uow.live_quota_error(account_id) from None
-        uow.count_live(account_id, account.tracker.live_grant_count - live_before)
+        live_added = account.tracker.live_grant_count - live_before
+        if live_added:
+            uow.count_live(account_id, live_added)
         return change, receipt
 
     @staticmethod

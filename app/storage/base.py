@@ -128,7 +128,7 @@ def rank_of(entry: Entry) -> int:
     """The entry's rank among the entries of its timestamp (see ``RANK_OF_EXPIRATIONS``).
     Expirations of one timestamp are ordered by grant id, which is the order the ledger
     lists them in and computes their balances in."""
-    if isinstance(entry, ExpirationEntry):
+    if type(entry) is ExpirationEntry:  # final class: type() is isinstance, and cheaper
         return RANK_OF_EXPIRATIONS + entry.grant_id
     return entry.sequence
 
