@@ -422,59 +422,65 @@ VARIANTS: dict[str, Callable[[Path], _Variant]] = {
 
 @dataclass(frozen=True, slots=True)
 class Figure:
+    """One variant's figures, in microseconds per operation."""
+
     variant: str
-    best_us: float  # per operation, best of the first ``rounds`` batches (a small file)
-    grown_us: float  # per operation, median of the last ``rounds`` of ``grown`` batches
+    best_us: float  # best of the first ``rounds`` batches (a small file)
+    grown_us: float  # median of the last ``rounds`` of ``grown`` batches (a grown file)
+    grown_cpu_us: float  # this process's CPU time, median over the same batches
     file_mib: float  # the database and its WAL after the last batch
 
 
-def _run(make: Callable[[Path], _Variant], ops: int, rounds: int, grown: int) -> Figure:
+def _run(name: str, make: Callable[[Path], _Variant], ops: int, rounds: int, grown: int) -> Figure:
     body = batch_body(ops)
     times: list[float] = []
+    cpu: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         variant = make(Path(tmp) / "ceiling.sqlite")
         try:
             variant.batch(batch_body(2 * ACCOUNTS))  # the accounts exist first, as in measure()
             for _ in range(grown):
-                started = time.perf_counter()
+                started, started_cpu = time.perf_counter(), time.process_time()
                 variant.batch(body)
                 times.append(time.perf_counter() - started)
+                cpu.append(time.process_time() - started_cpu)
         finally:
             variant.close()
         size = sum(f.stat().st_size for f in Path(tmp).iterdir())
     return Figure(
-        "",
+        name,
         min(times[:rounds]) / ops * 1e6,
         statistics.median(times[-rounds:]) / ops * 1e6,
+        statistics.median(cpu[-rounds:]) / ops * 1e6,
         size / 2**20,
     )
 
 
 def decompose(ops: int = 1000, rounds: int = 30, grown: int = 300) -> list[Figure]:
     """Each variant on a fresh file, ``grown`` batches of ``ops`` after the warm-up batch:
-    the best of the first ``rounds`` and the median of the last ``rounds``, us per operation."""
+    the best of the first ``rounds`` and the median of the last ``rounds``."""
     assert grown >= rounds >= 1
-    figures = []
-    for name, make in VARIANTS.items():
-        figure = _run(make, ops, rounds, grown)
-        figures.append(Figure(name, figure.best_us, figure.grown_us, figure.file_mib))
-    return figures
+    return [_run(name, make, ops, rounds, grown) for name, make in VARIANTS.items()]
 
 
 def print_decomposition(figures: list[Figure], ops: int, rounds: int, grown: int) -> None:
     print(
-        f"the batch path's floor, step by step ({ops:,} ops a batch; best of the first "
-        f"{rounds} batches; median of the last {rounds} of {grown}, on the grown file)"
+        f"the batch path's floor, step by step, us per operation ({ops:,} ops a batch; best: "
+        f"of the first {rounds} batches; grown: median of the last {rounds} of {grown})"
     )
-    header = ("us/op best", "us/op grown", "adds (grown)", "file MiB")
-    print(f"{'variant':<8} {header[0]:>10} {header[1]:>11} {header[2]:>12} {header[3]:>9}")
-    previous: float | None = None
+    print(
+        f"{'variant':<8} {'best':>6} {'adds':>6} {'grown':>6} {'adds':>6} "
+        f"{'grown CPU':>9} {'file MiB':>8}"
+    )
+    previous: Figure | None = None
     for f in figures:
-        adds = "" if previous is None else f"{f.grown_us - previous:+.1f}"
+        adds_best = "" if previous is None else f"{f.best_us - previous.best_us:+.1f}"
+        adds_grown = "" if previous is None else f"{f.grown_us - previous.grown_us:+.1f}"
         print(
-            f"{f.variant:<8} {f.best_us:>10.1f} {f.grown_us:>11.1f} {adds:>12} {f.file_mib:>9.1f}"
+            f"{f.variant:<8} {f.best_us:>6.1f} {adds_best:>6} {f.grown_us:>6.1f} "
+            f"{adds_grown:>6} {f.grown_cpu_us:>9.1f} {f.file_mib:>8.1f}"
         )
-        previous = f.grown_us
+        previous = f
 
 
 def main() -> None:
