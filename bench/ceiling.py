@@ -18,6 +18,25 @@ It checks nothing (no validation, no limits, no idempotency, no as-of index, no 
 account rows kept on disk): it is the floor any batch path pays in CPython and SQLite on this
 machine, not a design to copy. Its figure is the best of ``--rounds`` rounds: the machine is
 shared and noisy, and the best round is the one least disturbed.
+
+``--decompose`` (``decompose()``) breaks that floor down by what this product must do per
+operation, each step measured on the same operations in the same run:
+
+- ``floor``: the ceiling above, unchanged (plain heaps, one 5-column table);
+- ``tracker``: the same, each operation applied by the real domain core
+  (``app.domain.tracker.GPUCreditTracker``: ``apply_grant`` / ``apply_consume``), the answers
+  built from its results;
+- ``schema``: ``tracker``, writing what the service's SQLite store writes per batch, into a
+  file created by the service's own migrations (``app.storage.sqlite._migrate``) and opened
+  with its connection and writer pragmas: one ``entries`` row per operation with its real
+  columns (``details`` as compact JSON), the live grants upserted and deleted, one
+  ``accounts`` row per account touched, with the store's own statements; one COMMIT.
+
+Each variant writes ``--grown`` batches into a fresh file (after the warm-up batch that
+creates the accounts) and reports two figures: the best of its first ``--rounds`` batches,
+as the ceiling above counts on a file that is still small, and the median of its last
+``--rounds`` batches, on a file grown as the server's grows during ``bench/http.py``.
+None of them validates input, checks limits or idempotency, or writes checkpoints.
 """
 
 from __future__ import annotations
@@ -26,11 +45,34 @@ import argparse
 import heapq
 import json
 import sqlite3
+import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+# Run as a script, bench/ is first on the import path and holds http.py: drop it (or "import
+# http" would find it) and put the repository there instead, for ``app``.
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+from app.domain.tracker import GPUCreditTracker
+from app.storage.rows import EntryValues, LiveGrantValues, debts_text
+from app.storage.sqlite import (
+    _DELETE_LIVE_GRANT,
+    _INSERT_ENTRY,
+    _UPSERT_ACCOUNT,
+    _UPSERT_LIVE_GRANT,
+    WAL_AUTOCHECKPOINT_PAGES,
+    WRITE_CACHE_KIB,
+    _connect,
+    _migrate,
+)
 
 ACCOUNTS = 1000
 FAR_EXPIRY = 10**15
@@ -151,13 +193,314 @@ def measure(ops: int = 1000, rounds: int = 30) -> float:
     return ops / best_s
 
 
+# -- the decomposition (--decompose) ---------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Ledger:
+    """One account of the ``tracker`` and ``schema`` variants: the real tracker, and the
+    sequence of its next ledger entry."""
+
+    tracker: GPUCreditTracker = field(default_factory=GPUCreditTracker)
+    next_sequence: int = 1
+
+
+class TrackerCeiling(Ceiling):
+    """``tracker``: the floor's file and rows, each operation applied by ``GPUCreditTracker``."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._ledgers: dict[str, _Ledger] = {}
+
+    def batch(self, body: bytes) -> bytes:
+        operations = json.loads(body)["operations"]
+        rows: list[tuple[str, int, str, int, int]] = []
+        answers: list[dict[str, Any]] = []
+        ledgers = self._ledgers
+        for op in operations:
+            account_id = op["account_id"]
+            ledger = ledgers.get(account_id)
+            if ledger is None:
+                ledger = ledgers[account_id] = _Ledger()
+            amount = op["amount"]
+            timestamp = op["timestamp"]
+            answer: dict[str, Any]
+            if op["op"] == "grant":
+                g = ledger.tracker.apply_grant(amount, timestamp, op["expiry"])
+                answer = {
+                    "grant_id": g.grant_id,
+                    "settled_debt": g.settled_debt,
+                    "available": g.available,
+                    "debt": g.debt,
+                }
+            else:
+                c = ledger.tracker.apply_consume(amount, timestamp)
+                answer = {
+                    "consumed": c.consumed,
+                    "allocation": [
+                        {"grant_id": a.grant_id, "amount": a.amount} for a in c.allocation
+                    ],
+                    "available": c.available,
+                    "debt": c.debt,
+                }
+            sequence = ledger.next_sequence
+            ledger.next_sequence += 1
+            rows.append((account_id, sequence, op["op"], timestamp, amount))
+            answers.append({"status": 200, "body": answer})
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?)", rows)
+        self._conn.execute("COMMIT")
+        return json.dumps({"results": answers}, separators=(",", ":")).encode()
+
+
+class SchemaCeiling:
+    """``schema``: ``tracker``, writing the service's rows into the service's schema.
+
+    The file is made by the service's migrations and opened as its SQLite writer opens it
+    (``_connect``: WAL, ``synchronous=FULL``; its page cache and checkpoint interval). Per
+    batch, with the store's own statements, one ``executemany`` each: the entries (one per
+    operation, every column: ``details`` in the compact JSON the store writes, the rank of a
+    grant or consumption being its sequence), the live grants upserted, those deleted, and one
+    ``accounts`` row per account touched; one COMMIT."""
+
+    def __init__(self, path: Path) -> None:
+        self._conn = _connect(path)
+        self._conn.execute(f"PRAGMA cache_size = -{WRITE_CACHE_KIB}")
+        self._conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
+        _migrate(self._conn)
+        self._ledgers: dict[str, _Ledger] = {}
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def batch(self, body: bytes) -> bytes:
+        operations = json.loads(body)["operations"]
+        entries: list[EntryValues] = []
+        # The end state of each live grant the batch touched (None: deleted), as the store's
+        # rows.encode keeps it: a live grant, once gone, never comes back.
+        live: dict[tuple[str, int], LiveGrantValues | None] = {}
+        touched: dict[str, _Ledger] = {}
+        answers: list[dict[str, Any]] = []
+        ledgers = self._ledgers
+        for op in operations:
+            account_id = op["account_id"]
+            ledger = ledgers.get(account_id)
+            if ledger is None:
+                ledger = ledgers[account_id] = _Ledger()
+            touched[account_id] = ledger
+            amount = op["amount"]
+            timestamp = op["timestamp"]
+            sequence = ledger.next_sequence
+            ledger.next_sequence += 1
+            answer: dict[str, Any]
+            if op["op"] == "grant":
+                expiry = op["expiry"]
+                g = ledger.tracker.apply_grant(amount, timestamp, expiry)
+                # The benchmark's grants never expire (FAR_EXPIRY): no expiration entries to
+                # write, which a floor meeting expirations would have to add.
+                assert not g.expired
+                grant_id = g.grant_id
+                if g.retained:
+                    live[(account_id, grant_id)] = (
+                        account_id,
+                        grant_id,
+                        expiry,
+                        g.retained,
+                        None,
+                        timestamp,
+                    )
+                entries.append(
+                    (
+                        account_id,
+                        sequence,
+                        "grant",
+                        timestamp,
+                        g.available,
+                        g.debt,
+                        grant_id,
+                        f'{{"grant_id":{grant_id:d},"amount":{amount:d},"expiry":{expiry:d},'
+                        f'"settled_debt":{g.settled_debt:d},"retained":{g.retained:d}}}',
+                        sequence,
+                        0,
+                    )
+                )
+                answer = {
+                    "grant_id": grant_id,
+                    "settled_debt": g.settled_debt,
+                    "available": g.available,
+                    "debt": g.debt,
+                }
+            else:
+                c = ledger.tracker.apply_consume(amount, timestamp)
+                assert not c.expired
+                for a, remaining in zip(c.allocation, c.remaining, strict=True):
+                    key = (account_id, a.grant_id)
+                    if not remaining:
+                        live[key] = None
+                        continue
+                    before = live.get(key)
+                    # The upsert changes only ``remaining`` of a row already written: the
+                    # other values matter only for a grant made in this batch (kept here).
+                    live[key] = (
+                        (account_id, a.grant_id, a.expiry, remaining, None, 0)
+                        if before is None
+                        else (*before[:3], remaining, *before[4:])
+                    )
+                parts = ",".join(
+                    f'{{"grant_id":{a.grant_id:d},"expiry":{a.expiry:d},"amount":{a.amount:d}}}'
+                    for a in c.allocation
+                )
+                entries.append(
+                    (
+                        account_id,
+                        sequence,
+                        "consumption",
+                        timestamp,
+                        c.available,
+                        c.debt,
+                        None,
+                        f'{{"amount":{amount:d},"consumed":{c.consumed:d},'
+                        f'"debt_added":{c.debt_added:d},"allocation":[{parts}]}}',
+                        sequence,
+                        0,
+                    )
+                )
+                answer = {
+                    "consumed": c.consumed,
+                    "allocation": [
+                        {"grant_id": a.grant_id, "amount": a.amount} for a in c.allocation
+                    ],
+                    "available": c.available,
+                    "debt": c.debt,
+                }
+            answers.append({"status": 200, "body": answer})
+        upserts = [values for values in live.values() if values is not None]
+        deletes = [key for key, values in live.items() if values is None]
+        accounts = []
+        for account_id, ledger in touched.items():
+            tracker = ledger.tracker
+            debts = tracker.debts()
+            accounts.append(
+                (
+                    account_id,
+                    tracker.clock,
+                    tracker.debt,
+                    tracker.next_grant_id,
+                    ledger.next_sequence,
+                    # NULL when there is none or all of it is of no class, as the store writes.
+                    None if all(d.resource is None for d in debts) else debts_text(debts),
+                    tracker.clock,  # watermark (timestamps never go back here)
+                    None,
+                    # Writes folded since the last checkpoint: all of them, as none is written.
+                    ledger.next_sequence - 1,
+                )
+            )
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(_INSERT_ENTRY, entries)
+        if upserts:
+            conn.executemany(_UPSERT_LIVE_GRANT, upserts)
+        if deletes:
+            conn.executemany(_DELETE_LIVE_GRANT, deletes)
+        conn.executemany(_UPSERT_ACCOUNT, accounts)
+        conn.execute("COMMIT")
+        return json.dumps({"results": answers}, separators=(",", ":")).encode()
+
+
+class _Variant(Protocol):
+    def batch(self, body: bytes) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+VARIANTS: dict[str, Callable[[Path], _Variant]] = {
+    "floor": Ceiling,
+    "tracker": TrackerCeiling,
+    "schema": SchemaCeiling,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One variant's figures, in microseconds per operation."""
+
+    variant: str
+    best_us: float  # best of the first ``rounds`` batches (a small file)
+    grown_us: float  # median of the last ``rounds`` of ``grown`` batches (a grown file)
+    grown_cpu_us: float  # this process's CPU time, median over the same batches
+    file_mib: float  # the database and its WAL after the last batch
+
+
+def _run(name: str, make: Callable[[Path], _Variant], ops: int, rounds: int, grown: int) -> Figure:
+    body = batch_body(ops)
+    times: list[float] = []
+    cpu: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        variant = make(Path(tmp) / "ceiling.sqlite")
+        try:
+            variant.batch(batch_body(2 * ACCOUNTS))  # the accounts exist first, as in measure()
+            for _ in range(grown):
+                started, started_cpu = time.perf_counter(), time.process_time()
+                variant.batch(body)
+                times.append(time.perf_counter() - started)
+                cpu.append(time.process_time() - started_cpu)
+        finally:
+            variant.close()
+        size = sum(f.stat().st_size for f in Path(tmp).iterdir())
+    return Figure(
+        name,
+        min(times[:rounds]) / ops * 1e6,
+        statistics.median(times[-rounds:]) / ops * 1e6,
+        statistics.median(cpu[-rounds:]) / ops * 1e6,
+        size / 2**20,
+    )
+
+
+def decompose(ops: int = 1000, rounds: int = 30, grown: int = 300) -> list[Figure]:
+    """Each variant on a fresh file, ``grown`` batches of ``ops`` after the warm-up batch:
+    the best of the first ``rounds`` and the median of the last ``rounds``."""
+    assert grown >= rounds >= 1
+    return [_run(name, make, ops, rounds, grown) for name, make in VARIANTS.items()]
+
+
+def print_decomposition(figures: list[Figure], ops: int, rounds: int, grown: int) -> None:
+    print(
+        f"the batch path's floor, step by step, us per operation ({ops:,} ops a batch; best: "
+        f"of the first {rounds} batches; grown: median of the last {rounds} of {grown})"
+    )
+    print(
+        f"{'variant':<8} {'best':>6} {'adds':>6} {'grown':>6} {'adds':>6} "
+        f"{'grown CPU':>9} {'file MiB':>8}"
+    )
+    previous: Figure | None = None
+    for f in figures:
+        adds_best = "" if previous is None else f"{f.best_us - previous.best_us:+.1f}"
+        adds_grown = "" if previous is None else f"{f.grown_us - previous.grown_us:+.1f}"
+        print(
+            f"{f.variant:<8} {f.best_us:>6.1f} {adds_best:>6} {f.grown_us:>6.1f} "
+            f"{adds_grown:>6} {f.grown_cpu_us:>9.1f} {f.file_mib:>8.1f}"
+        )
+        previous = f
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--ops", type=int, default=1000, help="operations per batch")
     parser.add_argument("--rounds", type=int, default=30, help="batches; the best counts")
+    parser.add_argument(
+        "--decompose",
+        action="store_true",
+        help="also the floor step by step: real tracker, then the service's schema and rows",
+    )
+    parser.add_argument(
+        "--grown", type=int, default=300, help="with --decompose: batches each variant writes"
+    )
     args = parser.parse_args()
     per_s = measure(args.ops, args.rounds)
     print(f"ceiling, {args.ops:,} ops a batch: {per_s:,.0f} ops/s ({1e6 / per_s:.1f} us/op)")
+    if args.decompose:
+        figures = decompose(args.ops, args.rounds, args.grown)
+        print_decomposition(figures, args.ops, args.rounds, args.grown)
 
 
 if __name__ == "__main__":
