@@ -198,14 +198,19 @@ def encode(changes: Sequence[Change]) -> Rows:
     # wins): None is a delete. A late write can bring a live grant back (a consumption now
     # paid by an earlier grant leaves another one credits) and restate an entry twice.
     live: dict[tuple[str, int], LiveGrantValues | None] = {}
-    # (is new, values) or None for a delete.
+    # (is new, values) or None for a delete. Only a group with late writes needs it: new
+    # entries alone are distinct (checked above) and are appended as they come.
     entries: dict[tuple[str, int], tuple[bool, EntryValues] | None] = {}
+    in_order = not any(c.restated or c.removed_sequences for c in changes)
     for change in changes:
         account = change.account
         account_id = account.account_id
         rows.accounts[account_id] = account
-        for e in change.entries:
-            entries[(account_id, e.sequence)] = (True, _entry_values(account_id, e))
+        if in_order:
+            rows.entries.extend([_entry_values(account_id, e) for e in change.entries])
+        else:
+            for e in change.entries:
+                entries[(account_id, e.sequence)] = (True, _entry_values(account_id, e))
         for e in change.restated:
             new = entries.get((account_id, e.sequence), (False, None))
             is_new = new is not None and new[0]  # appended earlier in the group: still new
@@ -269,7 +274,7 @@ def _entry_values(account_id: str, e: Entry) -> EntryValues:
         e.timestamp,
         e.available,
         e.debt,
-        e.grant_id if isinstance(e, GrantEntry | VoidEntry) else None,
+        e.grant_id if type(e) is GrantEntry or type(e) is VoidEntry else None,  # final classes
         details_text(e),
         rank_of(e),
         e.revision,
