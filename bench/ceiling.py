@@ -114,10 +114,13 @@ class _Account:
 class Ceiling:
     """A SQLite file and the accounts' trackers, kept across batches like a server's."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, service_pragmas: bool = False) -> None:
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute("PRAGMA synchronous = FULL")
+        if service_pragmas:  # the service writer's page cache and checkpoint interval
+            self._conn.execute(f"PRAGMA cache_size = -{WRITE_CACHE_KIB}")
+            self._conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
         self._conn.execute(
             "CREATE TABLE entries (account_id TEXT NOT NULL, sequence INTEGER NOT NULL, "
             "kind TEXT NOT NULL, timestamp INTEGER NOT NULL, amount INTEGER NOT NULL, "
@@ -191,6 +194,33 @@ def measure(ops: int = 1000, rounds: int = 30) -> float:
         finally:
             ceiling.close()
     return ops / best_s
+
+
+def measure_grown(ops: int, entries_before: int, entries: int) -> float:
+    """Operations per second of the ceiling, sustained, on a file grown as a server's: first
+    ``entries_before`` operations are written (not timed), then ``entries`` more are timed
+    as a whole (every batch, no best-of), with the service writer's pragmas.
+
+    The best-of ``measure`` keeps its table tiny, while the server it is compared with has
+    a file that holds every operation of the run so far; each batch touches every one of
+    1,000 accounts, so the pages a commit writes grow with the file (see ``--decompose``).
+    ``bench/http.py`` passes what the server's file held before and wrote during its batch
+    measurement."""
+    body = batch_body(ops)
+    with tempfile.TemporaryDirectory() as tmp:
+        ceiling = Ceiling(Path(tmp) / "ceiling.sqlite", service_pragmas=True)
+        try:
+            ceiling.batch(batch_body(2 * ACCOUNTS))
+            for _ in range(entries_before // ops):
+                ceiling.batch(body)
+            batches = max(1, entries // ops)
+            started = time.perf_counter()
+            for _ in range(batches):
+                ceiling.batch(body)
+            elapsed_s = time.perf_counter() - started
+        finally:
+            ceiling.close()
+    return batches * ops / elapsed_s
 
 
 # -- the decomposition (--decompose) ---------------------------------------------------------

@@ -36,17 +36,20 @@ import asyncio
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from typing import Final
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from app.settings import Settings
 from bench._procs import Server, free_port, wait_until_up
-from bench.ceiling import batch_body
+from bench.ceiling import batch_body, measure_grown
 from bench.ceiling import measure as measure_ceiling
 
 # What --observability compares: settings of the same server.
@@ -103,6 +106,28 @@ end
 """.replace("ACCOUNTS", str(ACCOUNTS)).replace("FAR_EXPIRY", str(FAR_EXPIRY))
     + _DONE
 )
+
+
+# (result name, operations per batch, connections). Batches move while earlier ones commit
+# only as far as several are in flight: 8 connections as before, and 32.
+BATCH_RUNS: Final = (
+    ("batch-1000", 1000, 8),
+    ("batch-1000-c32", 1000, 32),
+    ("batch-10000", 10_000, 2),
+)
+
+
+DB_FILE_NAME: Final = Settings.model_fields["sqlite_file"].default
+
+
+def _entries_in(data_dir: Path) -> int:
+    """The entries a server's SQLite file holds (read beside it: WAL readers do not block)."""
+    conn = sqlite3.connect(f"file:{data_dir / DB_FILE_NAME}?mode=ro", uri=True)
+    try:
+        (count,) = conn.execute("SELECT count(*) FROM entries").fetchone()
+    finally:
+        conn.close()
+    return int(count)
 
 
 def batch_lua(operations: int) -> str:
@@ -378,6 +403,7 @@ def main() -> None:
 
     results: dict[str, Result] = {}
     fixed: dict[str, tuple[float, float, float, float]] = {}
+    grown: dict[str, tuple[int, int]] = {}  # batch run: entries before it, written during it
     bare, bare_url = start_bare()
     try:
         results["ceiling"] = run_wrk(
@@ -425,25 +451,34 @@ def main() -> None:
                         *fixed_rate_latency(server.base_url, rate, seconds, args.connections),
                     )
                 if storage == "sqlite":
-                    for size, connections in ((1000, 8), (10_000, 2)):
-                        results[f"batch-{size}"] = run_wrk(
-                            f"batch of {size:,} ops, {storage}",
+                    for name, size, connections in BATCH_RUNS:
+                        before = _entries_in(server.data_dir)
+                        results[name] = run_wrk(
+                            f"batch of {size:,} ops, {connections} connections, {storage}",
                             server.base_url,
                             batch_lua(size),
                             seconds,
                             connections,
                             size,
                         )
+                        grown[name] = (before, _entries_in(server.data_dir) - before)
             finally:
                 server.stop()
 
-    # The batch path's ceiling (bench/ceiling.py), in process, in this same run.
+    # The batch path's ceiling (bench/ceiling.py), in process, in this same run: on a fresh
+    # file (best of its batches), and on a file grown as the server's was during each batch
+    # run (as many operations before, then as many timed as the server wrote).
     ceilings = {size: measure_ceiling(size, 10 if args.quick else 30) for size in (1000, 10_000)}
+    grown_ceilings = {name: measure_grown(size, *grown[name]) for name, size, _ in BATCH_RUNS}
     for r in results.values():
         print(r.line())
     for size, per_s in ceilings.items():
-        name = f"batch ceiling, {size:,} ops (bench/ceiling.py)"
+        name = f"batch ceiling, {size:,} ops, fresh file"
         print(f"{name:<44} {'':>15} {per_s:>10,.0f} ops/s")
+    for name, size, _ in BATCH_RUNS:
+        before, during = grown[name]
+        label = f"batch ceiling, {size:,} ops, {before // 1000:,}k+{during // 1000:,}k entries"
+        print(f"{label:<44} {'':>15} {grown_ceilings[name]:>10,.0f} ops/s")
     ceiling = results["ceiling"].requests_per_s
     memory = results["single-memory"].requests_per_s
     sqlite = results["single-sqlite"].requests_per_s
@@ -464,14 +499,15 @@ def main() -> None:
         f"{results['grant-memory'].cpu_us:.1f} us)"
     )
     print(f"single ops, sqlite / memory:               {sqlite / memory:.2f} (target >= 0.60)")
-    print(
-        f"batch, sqlite, ops/s:                      "
-        f"{max(results['batch-1000'].ops_per_s, results['batch-10000'].ops_per_s):,.0f} "
-        "(target >= 100,000)"
-    )
-    for size in (1000, 10_000):
-        ratio = results[f"batch-{size}"].ops_per_s / ceilings[size]
-        print(f"batch of {size:,}, sqlite / its ceiling:   {ratio:.2f} (target >= 0.6)")
+    best_batch = max(results[name].ops_per_s for name, _, _ in BATCH_RUNS)
+    print(f"batch, sqlite, ops/s:                      {best_batch:,.0f} (target >= 100,000)")
+    for name, size, connections in BATCH_RUNS:
+        ops_per_s = results[name].ops_per_s
+        print(
+            f"batch of {size:,} at {connections} connections, sqlite / ceiling: "
+            f"{ops_per_s / grown_ceilings[name]:.2f} on a file grown alike (target >= 0.6), "
+            f"{ops_per_s / ceilings[size]:.2f} on a fresh file"
+        )
     rate, p50, p99, p999 = fixed["memory"]
     print(
         f"p99 at {args.connections} connections, memory, saturated (closed loop): "
