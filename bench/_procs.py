@@ -37,7 +37,7 @@ def wait_until_up(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> 
     deadline = time.monotonic() + timeout_s
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}")
         try:
             if httpx.get(url, timeout=1.0).status_code == 200:
                 return
