@@ -7,6 +7,9 @@ Why it is shaped this way:
 - Group commit: one writer thread owns the write connection. While it commits, new changes
   queue up; the next transaction takes all of them, so N concurrent requests cost one fsync,
   not N. The event loop never touches the disk: it only hands lists to the writer thread.
+  The writer thread takes the next group itself as soon as a commit ends (the event loop
+  would reach it only after every request ready to run, and the writer would idle), turns
+  it into rows, writes it, and tells the loop, which answers the group's requests.
 - All or nothing: every group is one transaction; on any error it is rolled back, every
   waiting future fails with ``StorageError``, and so does every later submit (memory has run
   ahead of disk, so the process must restart and reload).
@@ -40,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import fcntl
 import json
 import logging
@@ -107,6 +109,8 @@ WRITE_CACHE_KIB: Final = 64 * 1024
 WAL_AUTOCHECKPOINT_PAGES: Final = 16_384
 # A cap on one transaction's size keeps a commit's latency and memory bounded under load.
 MAX_CHANGES_PER_COMMIT: Final = 20_000
+# Groups the writer commits in one job before queueing itself again behind its other jobs.
+DRAIN_GROUPS_PER_JOB: Final = 8
 # ALTER TABLE ... RENAME COLUMN (migration 2) needs 3.25; json_extract in migration 5 needs
 # the JSON functions, built in by default since 3.38.
 MIN_SQLITE_VERSION: Final = (3, 38, 0)
@@ -350,14 +354,18 @@ def _json_array(values: Sequence[tuple[Any, ...]]) -> str:
     return text
 
 
-@dataclass(frozen=True, slots=True)
-class _Group:
-    """Submissions committed together, their commit (running in the writer thread) and
-    when it was handed over (for the commit latency figure)."""
-
-    submissions: list[tuple[Sequence[Change], asyncio.Future[None]]]
-    written: asyncio.Future[None]
-    started_s: float
+def _settle(
+    submissions: list[tuple[Sequence[Change], asyncio.Future[None]]],
+    failure: StorageError | None,
+) -> None:
+    """On the loop: each submission's future done (a client gone may have cancelled it)."""
+    for _, fut in submissions:
+        if fut.done():
+            continue
+        if failure is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(failure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -633,9 +641,15 @@ class SqliteStore:
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-reader")
         self._write_conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
+        # Submissions waiting for the writer, oldest first, and their changes (bounded by the
+        # service: queued_changes). The loop appends, the writer thread takes: both under
+        # _queue_lock, which also guards _draining (a drain job is queued or running in the
+        # writer thread; it runs until the queue is empty).
         self._queue: list[tuple[Sequence[Change], asyncio.Future[None]]] = []
-        self._queued_changes = 0  # over self._queue: bounded by the service (queued_changes)
-        self._flusher: asyncio.Task[None] | None = None
+        self._queued_changes = 0
+        self._draining = False
+        self._queue_lock = threading.Lock()
+        self._last: asyncio.Future[None] | None = None  # the latest submission's future
         self._failure: StorageError | None = None
         # Guards _failure's first assignment (log once) and the watched descriptors, which
         # the writer thread and check()'s thread read while close() may release them.
@@ -796,8 +810,11 @@ class SqliteStore:
         return None if self._failure is None else str(self._failure)
 
     async def close(self) -> None:
-        if self._flusher is not None:
-            await asyncio.shield(self._flusher)
+        if self._last is not None:
+            # Groups commit in order: once the latest submission is settled, all are, and no
+            # drain job is left to queue another behind the connection's close.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._last)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._writer, self._close_write)
         await loop.run_in_executor(self._reader, self._close_read)
@@ -877,62 +894,66 @@ class SqliteStore:
         if self._failure is not None:
             fut.set_exception(self._failure)
             return fut
-        self._queue.append((changes, fut))
-        self._queued_changes += len(changes)
-        if self._flusher is None or self._flusher.done():
-            # The writer is idle: it starts on this group now, not when the flusher task's
-            # turn comes. A task waits behind every task already ready to run (under load,
-            # the other requests applying their writes), so every submission would join one
-            # group and the writer would sit idle while they were applied, then the loop while
-            # it wrote: the two took turns instead of working side by side.
-            first = self._start_group(loop)
-            # A context of its own: the flusher serves every request that submits while it
-            # runs, not the one that happened to start it (whose request id it would log).
-            self._flusher = loop.create_task(self._flush(first), context=contextvars.Context())
+        with self._queue_lock:
+            self._queue.append((changes, fut))
+            self._queued_changes += len(changes)
+            start = not self._draining
+            self._draining = True
+        self._last = fut
+        if start:
+            # The writer is idle: it starts on this submission now.
+            try:
+                self._writer.submit(self._drain, loop)
+            except RuntimeError as exc:  # the writer has shut down: the store is closed
+                failure = self._fail(f"store is closed: {exc}")
+                with self._queue_lock:
+                    failed, self._queue, self._queued_changes = self._queue, [], 0
+                    self._draining = False
+                _settle(failed, failure)
         return fut
 
-    def _start_group(self, loop: asyncio.AbstractEventLoop) -> _Group:
-        """Take the oldest queued submissions and hand their rows to the writer thread."""
-        group = self._take_group()
-        started_s = time.perf_counter()
-        try:
-            # Encoded here, on the event loop: the writer thread then runs only SQLite
-            # (C, which lets go of the GIL), not Python that would compete with the loop.
-            encoded = rows.encode([c for chunk, _ in group for c in chunk])  # asserts first
-            written = loop.run_in_executor(self._writer, self._write, _Statements.of(encoded))
-        except Exception as exc:  # an assertion failed: as a failed commit, below
-            written = loop.create_future()
-            written.set_exception(exc)
-        return _Group(group, written, started_s)
-
-    async def _flush(self, current: _Group) -> None:
-        """Answer each group as its commit ends and start the next, until none is queued."""
-        loop = asyncio.get_running_loop()
-        while True:
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """In the writer thread: commit groups until the queue is empty, each as soon as the
+        one before it has committed, and hand each outcome to the loop. After a few groups
+        it queues itself again, so the writer's other jobs (pruning keys) get their turn."""
+        for _ in range(DRAIN_GROUPS_PER_JOB):
+            with self._queue_lock:
+                if not self._queue:
+                    self._draining = False
+                    return
+                group = self._take_group()
+            started_s = time.perf_counter()
             try:
-                await current.written
+                if self._failure is not None:  # a submission that raced the failure
+                    raise self._failure
+                # Rows made here, not on the loop: Python, so it holds the GIL as it would
+                # there, but the writer need not wait for the loop's turn to start a group.
+                encoded = rows.encode([c for chunk, _ in group for c in chunk])  # checks first
+                self._write(_Statements.of(encoded))
             except Exception as exc:  # any failure poisons the store: see module docstring
                 failure = self._fail(f"commit failed: {exc}", exc)
-                failed = current.submissions + self._queue
-                self._queue = []
-                self._queued_changes = 0
-                for _, fut in failed:
-                    if not fut.done():
-                        fut.set_exception(failure)
+                with self._queue_lock:
+                    failed = group + self._queue
+                    self._queue = []
+                    self._queued_changes = 0
+                    self._draining = False
+                loop.call_soon_threadsafe(_settle, failed, failure)
                 return
-            self.observer.committed(
-                time.perf_counter() - current.started_s, len(current.submissions)
-            )
-            for _, fut in current.submissions:
-                if not fut.done():
-                    fut.set_result(None)
-            if not self._queue:
-                return
-            current = self._start_group(loop)
+            latency_s = time.perf_counter() - started_s
+            loop.call_soon_threadsafe(self._committed, group, latency_s)
+        self._writer.submit(self._drain, loop)  # still draining: _draining stays set
+
+    def _committed(
+        self, group: list[tuple[Sequence[Change], asyncio.Future[None]]], latency_s: float
+    ) -> None:
+        """On the loop: a group is durable."""
+        self.observer.committed(latency_s, len(group))
+        _settle(group, None)
 
     def _take_group(self) -> list[tuple[Sequence[Change], asyncio.Future[None]]]:
         """The oldest queued submissions, up to MAX_CHANGES_PER_COMMIT changes (at least one
-        submission, however large, so a big batch is never split across transactions)."""
+        submission, however large, so a big batch is never split across transactions).
+        Called with _queue_lock held."""
         count = 0
         cut = 0
         for chunk, _ in self._queue:
@@ -942,7 +963,7 @@ class SqliteStore:
             cut += 1
         group = self._queue[:cut]
         del self._queue[:cut]
-        self._queued_changes -= sum(len(chunk) for chunk, _ in group)
+        self._queued_changes -= count
         return group
 
     def _write(self, statements: _Statements) -> None:
