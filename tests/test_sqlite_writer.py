@@ -108,11 +108,7 @@ def _bound_row_by_row(conn: sqlite3.Connection, group: rows.Rows) -> None:
 def _as_one_array_per_table(conn: sqlite3.Connection, group: rows.Rows) -> None:
     conn.execute("BEGIN IMMEDIATE")
     conn.executemany(sqlite._DELETE_ENTRY, sorted({(e[0], e[1]) for e in group.entries}))
-    for sql, parameters, many in sqlite._Statements.of(group).steps:
-        if many:
-            conn.executemany(sql, parameters)
-        else:
-            conn.execute(sql, parameters)
+    sqlite._Statements.of(group).run(conn)
     conn.execute("COMMIT")
 
 
@@ -129,10 +125,15 @@ def _tables(conn: sqlite3.Connection) -> dict[str, list[tuple[object, ...]]]:
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(groups=_groups())
+@given(groups=_groups(), rows_per_statement=st.sampled_from([1, 2, 50_000]))
 def test_one_json_array_per_table_stores_what_binding_each_row_stores(
-    tmp_path: Path, groups: list[rows.Rows]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    groups: list[rows.Rows],
+    rows_per_statement: int,
 ) -> None:
+    # A table's rows over several statements (1 or 2 rows each) as well as in one.
+    monkeypatch.setattr(sqlite, "JSON_ROWS_PER_STATEMENT", rows_per_statement)
     paths = [tmp_path / f"{name}-{id(groups)}.sqlite3" for name in ("rows", "arrays")]
     connections = [sqlite._connect(path) for path in paths]
     try:
@@ -162,7 +163,21 @@ def test_the_statements_leave_no_row_unbound() -> None:
         sqlite._DELETE_LIVE_GRANTS,
         sqlite._UPSERT_ACCOUNTS,
     ]
-    assert all(not many and "VALUES" not in sql for sql, _, many in steps)
+    assert all(as_array and "VALUES" not in sql for sql, _, as_array in steps)
+
+
+def test_a_table_of_many_rows_is_cut_into_statements_of_bounded_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sqlite, "JSON_ROWS_PER_STATEMENT", 3)
+    group = rows.Rows(live_grant_deletes=[("a", i) for i in range(1, 8)])
+    group.accounts["a"] = AccountRow("a", 0, 0, 8, 1)
+    steps = sqlite._Statements.of(group).steps
+    assert [len(values) for sql, values, _ in steps if sql == sqlite._DELETE_LIVE_GRANTS] == [
+        3,
+        3,
+        1,
+    ]
 
 
 def test_a_nul_character_in_a_row_is_refused_not_cut() -> None:
@@ -172,11 +187,12 @@ def test_a_nul_character_in_a_row_is_refused_not_cut() -> None:
     assert "\\u0000" in escaped
     fine = rows.Rows(entries=[("a", 1, "grant", 0, 5, 0, 1, escaped, 1, 0)])
     fine.accounts["a"] = AccountRow("a", 0, 0, 2, 2)
-    sqlite._Statements.of(fine)
+    assert "\\u0000" in sqlite._json_array(fine.entries)
     bad = rows.Rows(event_ids=[("a", "id\x00x", "f", 1, None, 0.0)])
     bad.accounts["a"] = AccountRow("a", 0, 0, 2, 2)
-    with pytest.raises(AssertionError, match="NUL"):
-        sqlite._Statements.of(bad)
+    conn = sqlite3.connect(":memory:")
+    with pytest.raises(ValueError, match="NUL"):
+        sqlite._Statements.of(bad).run(conn)
 
 
 async def test_the_writer_starts_on_a_submission_while_the_loop_is_still_busy(

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 # Records here and in app.service are plain (not frozen) slotted dataclasses: they are made
 # several times per operation on the hot path, and a frozen dataclass's __init__ costs about
 # twice as much. Nothing mutates them after construction.
-from typing import ClassVar, Final, Literal, Protocol, runtime_checkable
+from typing import ClassVar, Final, Literal, Protocol, final, runtime_checkable
 
 from app.domain import Allocation, Debt, LiveGrant, TrackerState
 from app.observe import Observer
@@ -47,6 +47,7 @@ MAX_EVENT_IDS_PER_READ: Final = 10_000
 # ``details`` column and back). Each carries its position and the totals right after it.
 
 
+@final  # rank_of and the row encoders test type() is
 @dataclass(slots=True)
 class GrantEntry:
     sequence: int  # 1-based position in the account's ledger
@@ -66,6 +67,7 @@ class GrantEntry:
     kind: ClassVar[Literal["grant"]] = "grant"
 
 
+@final  # rank_of and the row encoders test type() is
 @dataclass(slots=True)
 class ConsumptionEntry:
     sequence: int
@@ -81,6 +83,7 @@ class ConsumptionEntry:
     kind: ClassVar[Literal["consumption"]] = "consumption"
 
 
+@final  # rank_of and the row encoders test type() is
 @dataclass(slots=True)
 class ExpirationEntry:
     """A grant's unused rest, recorded when a write moves the clock to its expiry."""
@@ -97,6 +100,7 @@ class ExpirationEntry:
     kind: ClassVar[Literal["expiration"]] = "expiration"
 
 
+@final  # rank_of and the row encoders test type() is
 @dataclass(slots=True)
 class VoidEntry:
     """A grant voided (SPEC section 7): its live remainder, ``amount``, removed; what it

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from app.domain import Allocation, Debt, LiveGrant, TrackerState
+from app.domain import MAX_VALUE, Allocation, Debt, LiveGrant, TrackerState
 from app.storage.base import (
     AccountRow,
     Change,
@@ -300,8 +300,8 @@ def check_changes(changes: Sequence[Change]) -> None:
         a = change.account
         account_id = a.account_id
         assert account_id, "a change names its account"
-        assert a.clock >= 0, f"{account_id}: clock {a.clock} < 0"
-        assert a.debt >= 0, f"{account_id}: debt {a.debt} < 0"
+        assert 0 <= a.clock <= MAX_VALUE, f"{account_id}: clock {a.clock} off range"
+        assert 0 <= a.debt <= MAX_VALUE, f"{account_id}: debt {a.debt} off range"
         assert a.next_grant_id >= 1, f"{account_id}: grant ids start at 1"
         assert a.next_sequence >= 1, f"{account_id}: entry sequences start at 1"
         assert 0 <= a.watermark <= a.clock, f"{account_id}: watermark {a.watermark} off the clock"
@@ -372,8 +372,9 @@ def _check_entry(a: AccountRow, e: Entry) -> None:
     account_id = a.account_id
     assert e.kind in ENTRY_KINDS, f"{account_id}: unknown entry kind {e.kind!r}"
     assert e.timestamp <= a.clock, f"{account_id}: entry {e.sequence} is after the clock"
-    assert e.available >= 0, f"{account_id}: entry {e.sequence} available < 0"
-    assert e.debt >= 0, f"{account_id}: entry {e.sequence} debt < 0"
+    # In range: a value past 2^63 would reach SQLite as a REAL, not fail.
+    assert 0 <= e.available <= MAX_VALUE, f"{account_id}: entry {e.sequence} available off range"
+    assert 0 <= e.debt <= MAX_VALUE, f"{account_id}: entry {e.sequence} debt off range"
     assert e.revision >= 0, f"{account_id}: entry {e.sequence} revision < 0"
     if not isinstance(e, ConsumptionEntry):  # the others name a grant
         assert 1 <= e.grant_id < a.next_grant_id, (

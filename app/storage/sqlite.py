@@ -109,6 +109,8 @@ WRITE_CACHE_KIB: Final = 64 * 1024
 WAL_AUTOCHECKPOINT_PAGES: Final = 16_384
 # A cap on one transaction's size keeps a commit's latency and memory bounded under load.
 MAX_CHANGES_PER_COMMIT: Final = 20_000
+# Rows of one table in one statement (see ``_Statements``): about 8 MiB of JSON at most.
+JSON_ROWS_PER_STATEMENT: Final = 50_000
 # Groups the writer commits in one job before queueing itself again behind its other jobs.
 DRAIN_GROUPS_PER_JOB: Final = 8
 # ALTER TABLE ... RENAME COLUMN (migration 2) needs 3.25; json_extract in migration 5 needs
@@ -344,13 +346,13 @@ def _json_array(values: Sequence[tuple[Any, ...]]) -> str:
     NUL, so no value may hold one (none does: ids are validated printable ASCII, and the
     JSON columns escape what they hold); checked, since it would be cut silently."""
     # pydantic-core's encoder (compact, UTF-8): 0.28 us a row against 0.71 for the standard
-    # library's, on the event loop's time. Every string a row holds is ASCII (ids are, and the
-    # JSON columns are written escaped); a lone surrogate would fail, as binding it did.
+    # library's. Every string a row holds is ASCII (ids are, and the JSON columns are written
+    # escaped); a lone surrogate would fail, as binding it did.
     text = to_json(values).decode()
-    if "\\u0000" in text:  # rare: also where a JSON column holds an escaped NUL, which is fine
-        assert not any("\x00" in v for row in values for v in row if isinstance(v, str)), (
-            "a row holds a NUL character"
-        )
+    if "\\u0000" in text and any(
+        "\x00" in v for row in values for v in row if isinstance(v, str)
+    ):  # the first test also matches a JSON column's escaped NUL, which is fine
+        raise ValueError("a row holds a NUL character")
     return text
 
 
@@ -370,32 +372,42 @@ def _settle(
 
 @dataclass(frozen=True, slots=True)
 class _Statements:
-    """A group's rows as the writer runs them: (SQL, parameters, many) in order."""
+    """A group's rows as the writer runs them, in order: (SQL, rows, one array). A table's
+    rows go JSON_ROWS_PER_STATEMENT at a time, encoded only as each statement runs, so one
+    statement's text stays far below SQLite's length limit and a group's memory is bounded
+    by its rows, not by copies of them; the rest go row by row."""
 
-    steps: list[tuple[str, Any, bool]]
+    steps: list[tuple[str, Sequence[tuple[Any, ...]], bool]]
 
     @staticmethod
     def of(group: rows.Rows) -> _Statements:
-        encode = _json_array
-        steps: list[tuple[str, Any, bool]] = []
+        steps: list[tuple[str, Sequence[tuple[Any, ...]], bool]] = []
+
+        def arrays(sql: str, values: Sequence[tuple[Any, ...]]) -> None:
+            for start in range(0, len(values), JSON_ROWS_PER_STATEMENT):
+                steps.append((sql, values[start : start + JSON_ROWS_PER_STATEMENT], True))
+
         if group.idempotency:  # a few rows at most; bodies are bytes, which JSON cannot hold
-            steps.append((_INSERT_IDEMPOTENCY, group.idempotency, True))
-        if group.event_ids:
-            steps.append((_INSERT_EVENT_IDS, (encode(group.event_ids),), False))
-        if group.entries:
-            steps.append((_INSERT_ENTRIES, (encode(group.entries),), False))
-        if group.restated_entries:
-            steps.append((_UPSERT_ENTRIES, (encode(group.restated_entries),), False))
+            steps.append((_INSERT_IDEMPOTENCY, group.idempotency, False))
+        arrays(_INSERT_EVENT_IDS, group.event_ids)
+        arrays(_INSERT_ENTRIES, group.entries)
+        arrays(_UPSERT_ENTRIES, group.restated_entries)
         if group.entry_deletes:  # rare: an expiration a late write undid
-            steps.append((_DELETE_ENTRY, group.entry_deletes, True))
+            steps.append((_DELETE_ENTRY, group.entry_deletes, False))
         if group.checkpoints:  # a few per group: one per account every few hundred writes
-            steps.append((_INSERT_CHECKPOINT, group.checkpoints, True))
-        if group.live_grant_upserts:
-            steps.append((_UPSERT_LIVE_GRANTS, (encode(group.live_grant_upserts),), False))
-        if group.live_grant_deletes:
-            steps.append((_DELETE_LIVE_GRANTS, (encode(group.live_grant_deletes),), False))
-        steps.append((_UPSERT_ACCOUNTS, (encode(group.account_values()),), False))
+            steps.append((_INSERT_CHECKPOINT, group.checkpoints, False))
+        arrays(_UPSERT_LIVE_GRANTS, group.live_grant_upserts)
+        arrays(_DELETE_LIVE_GRANTS, group.live_grant_deletes)
+        arrays(_UPSERT_ACCOUNTS, group.account_values())
         return _Statements(steps)
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        """Every step, in order, on ``conn`` (inside the caller's transaction)."""
+        for sql, values, as_array in self.steps:
+            if as_array:
+                conn.execute(sql, (_json_array(values),))
+            else:
+                conn.executemany(sql, values)
 
 
 _ENTRY_FIELDS = "sequence, kind, timestamp, available, debt, details, revision"
@@ -813,8 +825,7 @@ class SqliteStore:
         if self._last is not None:
             # Groups commit in order: once the latest submission is settled, all are, and no
             # drain job is left to queue another behind the connection's close.
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._last)
+            await asyncio.wait([self._last])  # whatever its outcome, even cancelled
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._writer, self._close_write)
         await loop.run_in_executor(self._reader, self._close_read)
@@ -915,40 +926,43 @@ class SqliteStore:
     def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
         """In the writer thread: commit groups until the queue is empty, each as soon as the
         one before it has committed, and hand each outcome to the loop. After a few groups
-        it queues itself again, so the writer's other jobs (pruning keys) get their turn."""
-        for _ in range(DRAIN_GROUPS_PER_JOB):
-            with self._queue_lock:
-                if not self._queue:
-                    self._draining = False
-                    return
-                group = self._take_group()
-            started_s = time.perf_counter()
-            try:
+        it queues itself again, so the writer's other jobs (pruning keys) get their turn.
+        Nothing may escape (the executor would swallow it and leave the queue stuck):
+        whatever fails poisons the store and fails every waiting submission."""
+        group: list[tuple[Sequence[Change], asyncio.Future[None]]] = []
+        try:
+            for _ in range(DRAIN_GROUPS_PER_JOB):
+                with self._queue_lock:
+                    if not self._queue:
+                        self._draining = False
+                        return
+                    group = self._take_group()
+                started_s = time.perf_counter()
                 if self._failure is not None:  # a submission that raced the failure
                     raise self._failure
                 # Rows made here, not on the loop: Python, so it holds the GIL as it would
                 # there, but the writer need not wait for the loop's turn to start a group.
                 encoded = rows.encode([c for chunk, _ in group for c in chunk])  # checks first
                 self._write(_Statements.of(encoded))
-            except Exception as exc:  # any failure poisons the store: see module docstring
-                failure = self._fail(f"commit failed: {exc}", exc)
-                with self._queue_lock:
-                    failed = group + self._queue
-                    self._queue = []
-                    self._queued_changes = 0
-                    self._draining = False
+                loop.call_soon_threadsafe(self._committed, group, time.perf_counter() - started_s)
+                group = []
+            self._writer.submit(self._drain, loop)  # still draining: _draining stays set
+        except Exception as exc:  # any failure poisons the store: see module docstring
+            failure = self._fail(f"commit failed: {exc}", exc)
+            with self._queue_lock:
+                failed = group + self._queue
+                self._queue = []
+                self._queued_changes = 0
+                self._draining = False
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(_settle, failed, failure)
-                return
-            latency_s = time.perf_counter() - started_s
-            loop.call_soon_threadsafe(self._committed, group, latency_s)
-        self._writer.submit(self._drain, loop)  # still draining: _draining stays set
 
     def _committed(
         self, group: list[tuple[Sequence[Change], asyncio.Future[None]]], latency_s: float
     ) -> None:
         """On the loop: a group is durable."""
-        self.observer.committed(latency_s, len(group))
         _settle(group, None)
+        self.observer.committed(latency_s, len(group))
 
     def _take_group(self) -> list[tuple[Sequence[Change], asyncio.Future[None]]]:
         """The oldest queued submissions, up to MAX_CHANGES_PER_COMMIT changes (at least one
@@ -977,11 +991,7 @@ class SqliteStore:
         self._raise_if_moved()
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for sql, parameters, many in statements.steps:
-                if many:
-                    conn.executemany(sql, parameters)
-                else:
-                    conn.execute(sql, parameters)
+            statements.run(conn)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
