@@ -209,6 +209,8 @@ def test_the_checks_refuse_a_lone_entry_naming_a_grant_not_made_and_two_at_one_p
         rows.check_changes([Change(row, entries=[late])])
     # Two expirations of one grant at one timestamp would share a position.
     two = AccountRow("a", clock=5, debt=0, next_grant_id=2, next_sequence=3)
-    twice = [ExpirationEntry(s, 5, 0, 0, grant_id=1, expiry=5, amount=1) for s in (1, 2)]
+    twice: list[Entry] = [
+        ExpirationEntry(s, 5, 0, 0, grant_id=1, expiry=5, amount=1) for s in (1, 2)
+    ]
     with pytest.raises(AssertionError, match="two entries at"):
         rows.check_changes([Change(two, entries=twice)])
