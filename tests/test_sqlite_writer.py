@@ -224,3 +224,29 @@ def _block_until_committed(path: Path) -> None:
             time.sleep(0.005)  # polling a condition, with a deadline
     finally:
         reader.close()
+
+
+async def test_close_writes_every_accepted_submission_even_behind_a_cancelled_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() waits for the writer's own queue, not for a submission's future: a cancelled
+    future is done before its group commits, and the groups behind it would have found the
+    connection closed (one group per commit and per drain job, to have many)."""
+    monkeypatch.setattr(sqlite, "MAX_CHANGES_PER_COMMIT", 1)
+    monkeypatch.setattr(sqlite, "DRAIN_GROUPS_PER_JOB", 1)
+    path = tmp_path / "ledger.sqlite3"
+    store = SqliteStore(path)
+    await store.open(0.0)
+    futures = []
+    for i in range(10):
+        row = AccountRow(f"a{i}", clock=0, debt=0, next_grant_id=2, next_sequence=1)
+        futures.append(store.submit([Change(row, upserted_live_grants=[LiveGrant(1, 10, 1)])]))
+    futures[-1].cancel()
+    await store.close()
+    assert all(f.done() for f in futures)
+    assert [f.exception() for f in futures[:-1]] == [None] * 9
+    reader = sqlite3.connect(path)
+    try:
+        assert reader.execute("SELECT count(*) FROM accounts").fetchone() == (10,)
+    finally:
+        reader.close()

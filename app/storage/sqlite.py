@@ -356,6 +356,10 @@ def _json_array(values: Sequence[tuple[Any, ...]]) -> str:
     return text
 
 
+def _nothing() -> None:
+    """A writer job that only waits its turn (see ``SqliteStore.close``)."""
+
+
 def _settle(
     submissions: list[tuple[Sequence[Change], asyncio.Future[None]]],
     failure: StorageError | None,
@@ -661,7 +665,6 @@ class SqliteStore:
         self._queued_changes = 0
         self._draining = False
         self._queue_lock = threading.Lock()
-        self._last: asyncio.Future[None] | None = None  # the latest submission's future
         self._failure: StorageError | None = None
         # Guards _failure's first assignment (log once) and the watched descriptors, which
         # the writer thread and check()'s thread read while close() may release them.
@@ -822,11 +825,16 @@ class SqliteStore:
         return None if self._failure is None else str(self._failure)
 
     async def close(self) -> None:
-        if self._last is not None:
-            # Groups commit in order: once the latest submission is settled, all are, and no
-            # drain job is left to queue another behind the connection's close.
-            await asyncio.wait([self._last])  # whatever its outcome, even cancelled
         loop = asyncio.get_running_loop()
+        # Every accepted submission is written first: wait until no drain job is queued or
+        # running (each wait lets the writer finish the jobs ahead of it; a drain requeues
+        # itself while work remains). Not on a submission's future: a cancelled one is done
+        # before its group commits.
+        while True:
+            with self._queue_lock:
+                if not self._draining and not self._queue:
+                    break
+            await loop.run_in_executor(self._writer, _nothing)
         await loop.run_in_executor(self._writer, self._close_write)
         await loop.run_in_executor(self._reader, self._close_read)
         self._writer.shutdown()
@@ -910,7 +918,6 @@ class SqliteStore:
             self._queued_changes += len(changes)
             start = not self._draining
             self._draining = True
-        self._last = fut
         if start:
             # The writer is idle: it starts on this submission now.
             try:
@@ -944,7 +951,11 @@ class SqliteStore:
                 # there, but the writer need not wait for the loop's turn to start a group.
                 encoded = rows.encode([c for chunk, _ in group for c in chunk])  # checks first
                 self._write(_Statements.of(encoded))
-                loop.call_soon_threadsafe(self._committed, group, time.perf_counter() - started_s)
+                latency_s = time.perf_counter() - started_s
+                # A closed loop (the process ending without close()): nobody waits for the
+                # answer, and the group is committed; go on with what was accepted.
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._committed, group, latency_s)
                 group = []
             self._writer.submit(self._drain, loop)  # still draining: _draining stays set
         except Exception as exc:  # any failure poisons the store: see module docstring
