@@ -131,6 +131,13 @@ class Ceiling:
     def close(self) -> None:
         self._conn.close()
 
+    def _commit(self, rows: list[tuple[str, int, str, int, int]], answers: list[Any]) -> bytes:
+        """One row per operation in one transaction (fsync), then the answers encoded."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?)", rows)
+        self._conn.execute("COMMIT")
+        return json.dumps({"results": answers}, separators=(",", ":")).encode()
+
     def batch(self, body: bytes) -> bytes:
         operations = json.loads(body)["operations"]
         rows: list[tuple[str, int, str, int, int]] = []
@@ -172,10 +179,7 @@ class Ceiling:
             answer["debt"] = account.debt
             rows.append((account_id, sequence, op["op"], op["timestamp"], amount))
             answers.append({"status": 200, "body": answer})
-        self._conn.execute("BEGIN IMMEDIATE")
-        self._conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?)", rows)
-        self._conn.execute("COMMIT")
-        return json.dumps({"results": answers}, separators=(",", ":")).encode()
+        return self._commit(rows, answers)
 
 
 def measure(ops: int = 1000, rounds: int = 30) -> float:
@@ -277,10 +281,7 @@ class TrackerCeiling(Ceiling):
             ledger.next_sequence += 1
             rows.append((account_id, sequence, op["op"], timestamp, amount))
             answers.append({"status": 200, "body": answer})
-        self._conn.execute("BEGIN IMMEDIATE")
-        self._conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?)", rows)
-        self._conn.execute("COMMIT")
-        return json.dumps({"results": answers}, separators=(",", ":")).encode()
+        return self._commit(rows, answers)
 
 
 class SchemaCeiling:
