@@ -308,7 +308,7 @@ _INSERT_EVENT_ID = (
 # interpreter's switch interval: measured here, 300,000 rows took 1.3 s alone and more than
 # ten minutes beside a busy thread; in the server, the loop and the writer took turns
 # instead of running side by side. One statement runs every row in C without the GIL. The
-# arrays are made on the event loop (``_Statements``), a JSON array per table.
+# writer thread makes the arrays (``_Statements``) just before each statement runs.
 
 
 def _json_rows(count: int) -> str:
