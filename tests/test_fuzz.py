@@ -23,15 +23,17 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import hypothesis
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase
 from schemathesis import GenerationMode
-from schemathesis.checks import CheckFunction, not_a_server_error
+from schemathesis.checks import CheckContext, CheckFunction, not_a_server_error
 from schemathesis.core.result import Ok
+from schemathesis.core.transport import Response
+from schemathesis.generation.case import Case
 from schemathesis.python.asgi import shutdown_lifespans
 from schemathesis.schemas import APIOperation, BaseSchema
 from schemathesis.specs.openapi.checks import (
@@ -100,12 +102,24 @@ def _bound_schema(data_dir: Path, keys_file: Path) -> BaseSchema:
     return schema
 
 
+# Refused before routing for its size (URL, headers, body), with the documented problem: a
+# rejection as much as a 400 or 422, which schemathesis's default list of statuses omits (a
+# negative case can make a URL of more than 8 KiB).
+_REFUSED_FOR_SIZE: Final = frozenset({413, 414, 431})
+
+
+def _negative_data_rejected(ctx: CheckContext, response: Response, case: Case[Any]) -> bool | None:
+    if response.status_code in _REFUSED_FOR_SIZE:
+        return True
+    return negative_data_rejection(ctx, response, case)
+
+
 @pytest.fixture(scope="module")
 def targets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Auth, Target]]:
     root = tmp_path_factory.mktemp("fuzz")
     keys_file = root / "keyed" / "api-keys.json"
     key, _ = create_key(keys_file, "fuzzer", tuple(Scope), "")
-    keyed_checks = [*CONFORMANCE, negative_data_rejection, ignored_auth]
+    keyed_checks = [*CONFORMANCE, _negative_data_rejected, ignored_auth]
     yield {
         Auth.OFF: Target(
             _bound_schema(root / "open", root / "open" / "api-keys.json"), {}, CONFORMANCE
