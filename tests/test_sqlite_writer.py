@@ -5,7 +5,9 @@ integers, fractional seconds), including upserts over earlier rows and deletes."
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, TypeVar
@@ -71,20 +73,38 @@ def _unique(values: list[_Row], width: int) -> list[_Row]:
     return list({v[:width]: v for v in values}.values())
 
 
+def _one_rows(draw: st.DrawFn) -> rows.Rows:
+    group = rows.Rows()
+    for account in draw(st.lists(_account, max_size=3)):
+        group.accounts[account.account_id] = account
+    group.entries = _unique(draw(st.lists(_entry, max_size=6)), 2)
+    group.restated_entries = _unique(draw(st.lists(_entry, max_size=4)), 2)
+    group.live_grant_upserts = _unique(draw(st.lists(_live, max_size=6)), 2)
+    group.live_grant_deletes = _unique(
+        draw(st.lists(st.tuples(_ids, st.integers(1, 6)), max_size=4)), 2
+    )
+    group.event_ids = _unique(draw(st.lists(_event, max_size=4)), 2)
+    return group
+
+
 @st.composite
 def _groups(draw: st.DrawFn) -> list[rows.Rows]:
+    return [_one_rows(draw) for _ in range(2)]
+
+
+@st.composite
+def _submissions(draw: st.DrawFn) -> list[rows.Rows]:
+    """Rows of 2 to 4 submissions to one group, as the service makes them: an entry is new
+    once (a later submission may restate or delete it), and may be deleted."""
     made: list[rows.Rows] = []
-    for _ in range(2):
-        group = rows.Rows()
-        for account in draw(st.lists(_account, max_size=3)):
-            group.accounts[account.account_id] = account
-        group.entries = _unique(draw(st.lists(_entry, max_size=6)), 2)
-        group.restated_entries = _unique(draw(st.lists(_entry, max_size=4)), 2)
-        group.live_grant_upserts = _unique(draw(st.lists(_live, max_size=6)), 2)
-        group.live_grant_deletes = _unique(
-            draw(st.lists(st.tuples(_ids, st.integers(1, 6)), max_size=4)), 2
+    written: set[tuple[str, int]] = set()
+    for _ in range(draw(st.integers(2, 4))):
+        group = _one_rows(draw)
+        group.entries = [e for e in group.entries if (e[0], e[1]) not in written]
+        group.entry_deletes = _unique(
+            draw(st.lists(st.tuples(_ids, st.integers(1, 6)), max_size=3)), 2
         )
-        group.event_ids = _unique(draw(st.lists(_event, max_size=4)), 2)
+        written.update((e[0], e[1]) for e in (*group.entries, *group.restated_entries))
         made.append(group)
     return made
 
@@ -134,7 +154,9 @@ def test_one_json_array_per_table_stores_what_binding_each_row_stores(
 ) -> None:
     # A table's rows over several statements (1 or 2 rows each) as well as in one.
     monkeypatch.setattr(sqlite, "JSON_ROWS_PER_STATEMENT", rows_per_statement)
-    paths = [tmp_path / f"{name}-{id(groups)}.sqlite3" for name in ("rows", "arrays")]
+    # A directory per example: tmp_path is the test's, shared by every example.
+    directory = Path(tempfile.mkdtemp(dir=tmp_path))
+    paths = [directory / f"{name}.sqlite3" for name in ("rows", "arrays")]
     connections = [sqlite._connect(path) for path in paths]
     try:
         for conn in connections:
@@ -250,3 +272,54 @@ async def test_close_writes_every_accepted_submission_even_behind_a_cancelled_on
         assert reader.execute("SELECT count(*) FROM accounts").fetchone() == (10,)
     finally:
         reader.close()
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(submissions=_submissions())
+def test_a_group_writes_what_its_submissions_write_one_after_the_other(
+    tmp_path: Path, submissions: list[rows.Rows]
+) -> None:
+    """``_merged`` concatenates the submissions' rows into one statement per table, unless
+    a key one deletes is written again by a later one: the database ends the same as when
+    each submission is written in turn (both cases are generated: keys are few)."""
+    loop = asyncio.new_event_loop()
+    try:
+        queued = [sqlite._Submission(r, 1, loop.create_future()) for r in submissions]
+        directory = Path(tempfile.mkdtemp(dir=tmp_path))  # one per example, as above
+        paths = [directory / f"{name}.sqlite3" for name in ("each", "merged")]
+        connections = [sqlite._connect(path) for path in paths]
+        try:
+            for conn in connections:
+                sqlite._migrate(conn)
+            for conn, parts in (
+                (connections[0], submissions),
+                (connections[1], sqlite._merged(queued)),
+            ):
+                conn.execute("BEGIN IMMEDIATE")
+                for part in parts:
+                    sqlite._Statements.of(part).run(conn)
+                conn.execute("COMMIT")
+            assert _tables(connections[1]) == _tables(connections[0])
+        finally:
+            for conn in connections:
+                conn.close()
+    finally:
+        loop.close()
+
+
+def test_a_live_grant_deleted_then_brought_back_keeps_the_group_in_submission_order() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        used_up = rows.Rows(live_grant_deletes=[("a", 1)])
+        back = rows.Rows(live_grant_upserts=[("a", 1, 9, 2, None, 0)])
+        plain = rows.Rows(live_grant_upserts=[("a", 2, 9, 2, None, 0)])
+        make = [sqlite._Submission(r, 1, loop.create_future()) for r in (used_up, back, plain)]
+        assert sqlite._merged(make) == [used_up, back, plain]
+        merged = sqlite._merged([make[0], make[2]])
+        assert len(merged) == 1
+        assert merged[0].live_grant_deletes == [("a", 1)]
+        assert merged[0].live_grant_upserts == [("a", 2, 9, 2, None, 0)]
+    finally:
+        loop.close()

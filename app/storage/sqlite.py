@@ -7,9 +7,10 @@ Why it is shaped this way:
 - Group commit: one writer thread owns the write connection. While it commits, new changes
   queue up; the next transaction takes all of them, so N concurrent requests cost one fsync,
   not N. The event loop never touches the disk: it only hands lists to the writer thread.
-  The writer thread takes the next group itself as soon as a commit ends (the event loop
-  would reach it only after every request ready to run, and the writer would idle), turns
-  it into rows, writes it, and tells the loop, which answers the group's requests.
+  ``submit`` turns the changes into rows on the loop; the writer thread takes the next
+  group itself as soon as a commit ends (the event loop would reach it only after every
+  request ready to run, and the writer would idle), writes it with one statement per table
+  when it can (``_merged``), and tells the loop, which answers the group's requests.
 - All or nothing: every group is one transaction; on any error it is rolled back, every
   waiting future fails with ``StorageError``, and so does every later submit (memory has run
   ahead of disk, so the process must restart and reload).
@@ -35,8 +36,8 @@ Why it is shaped this way:
 - Versioned migrations (``MIGRATIONS``, recorded in ``schema_migrations``), applied by
   ``open`` under the one-process lock, so a file made by an earlier release opens and keeps
   its data. Tables and columns are PostgreSQL's (``app.storage.rows``).
-- Every group is checked (``rows.check_changes``) before anything of it is written; a
-  group that fails its checks fails the store like a failed commit.
+- Every submission is checked (``rows.check_changes``) before anything of it is written; a
+  submission that fails its checks fails the store like a failed commit.
 """
 
 from __future__ import annotations
@@ -356,16 +357,63 @@ def _json_array(values: Sequence[tuple[Any, ...]]) -> str:
     return text
 
 
+@dataclass(frozen=True, slots=True)
+class _Submission:
+    """What ``submit`` queued: the changes as rows (made and checked on the loop), how many
+    changes they were (for the bound and the group size), and the future to settle."""
+
+    rows: rows.Rows
+    changes: int
+    fut: asyncio.Future[None]
+
+
+def _merged(submissions: Sequence[_Submission]) -> list[rows.Rows]:
+    """The rows of a group, as few as can be written with one statement per table: one
+    ``Rows`` when the submissions' rows can be concatenated, else each submission's own, to
+    be written one after the other.
+
+    Concatenating runs every table's statement over all the submissions' rows in their
+    order: inserts, then upserts (the later row of a key wins, as in order), then deletes.
+    That is what writing them one after the other does, unless a key deleted by one
+    submission is written again by a later one (a late write can bring a live grant back);
+    then the delete would run last. Such a group is written submission by submission."""
+    if len(submissions) == 1:
+        return [submissions[0].rows]
+    deleted_live: set[tuple[str, int]] = set()
+    deleted_entries: set[tuple[str, int]] = set()
+    for s in submissions:
+        r = s.rows
+        if deleted_live and any((v[0], v[1]) in deleted_live for v in r.live_grant_upserts):
+            return [s.rows for s in submissions]
+        if deleted_entries and any(
+            (v[0], v[1]) in deleted_entries for v in (*r.entries, *r.restated_entries)
+        ):
+            return [s.rows for s in submissions]
+        deleted_live.update(r.live_grant_deletes)
+        deleted_entries.update(r.entry_deletes)
+    merged = rows.Rows()
+    for s in submissions:
+        r = s.rows
+        merged.accounts.update(r.accounts)
+        merged.entries.extend(r.entries)
+        merged.restated_entries.extend(r.restated_entries)
+        merged.entry_deletes.extend(r.entry_deletes)
+        merged.live_grant_upserts.extend(r.live_grant_upserts)
+        merged.live_grant_deletes.extend(r.live_grant_deletes)
+        merged.idempotency.extend(r.idempotency)
+        merged.event_ids.extend(r.event_ids)
+        merged.checkpoints.extend(r.checkpoints)
+    return [merged]
+
+
 def _nothing() -> None:
     """A writer job that only waits its turn (see ``SqliteStore.close``)."""
 
 
-def _settle(
-    submissions: list[tuple[Sequence[Change], asyncio.Future[None]]],
-    failure: StorageError | None,
-) -> None:
+def _settle(submissions: list[_Submission], failure: StorageError | None) -> None:
     """On the loop: each submission's future done (a client gone may have cancelled it)."""
-    for _, fut in submissions:
+    for submission in submissions:
+        fut = submission.fut
         if fut.done():
             continue
         if failure is None:
@@ -661,7 +709,7 @@ class SqliteStore:
         # service: queued_changes). The loop appends, the writer thread takes: both under
         # _queue_lock, which also guards _draining (a drain job is queued or running in the
         # writer thread; it runs until the queue is empty).
-        self._queue: list[tuple[Sequence[Change], asyncio.Future[None]]] = []
+        self._queue: list[_Submission] = []
         self._queued_changes = 0
         self._draining = False
         self._queue_lock = threading.Lock()
@@ -913,8 +961,16 @@ class SqliteStore:
         if self._failure is not None:
             fut.set_exception(self._failure)
             return fut
+        try:
+            # The rows are made here, on the loop, while the writer commits earlier groups:
+            # in the writer thread this Python would wait for the GIL behind the loop and
+            # hold up the group. Checked first (``rows.check_changes``).
+            encoded = rows.encode(changes)
+        except Exception as exc:  # a change fails its checks: as a failed commit
+            fut.set_exception(self._fail(f"commit failed: {exc}", exc))
+            return fut
         with self._queue_lock:
-            self._queue.append((changes, fut))
+            self._queue.append(_Submission(encoded, len(changes), fut))
             self._queued_changes += len(changes)
             start = not self._draining
             self._draining = True
@@ -936,7 +992,7 @@ class SqliteStore:
         it queues itself again, so the writer's other jobs (pruning keys) get their turn.
         Nothing may escape (the executor would swallow it and leave the queue stuck):
         whatever fails poisons the store and fails every waiting submission."""
-        group: list[tuple[Sequence[Change], asyncio.Future[None]]] = []
+        group: list[_Submission] = []
         try:
             for _ in range(DRAIN_GROUPS_PER_JOB):
                 with self._queue_lock:
@@ -947,10 +1003,7 @@ class SqliteStore:
                 started_s = time.perf_counter()
                 if self._failure is not None:  # a submission that raced the failure
                     raise self._failure
-                # Rows made here, not on the loop: Python, so it holds the GIL as it would
-                # there, but the writer need not wait for the loop's turn to start a group.
-                encoded = rows.encode([c for chunk, _ in group for c in chunk])  # checks first
-                self._write(_Statements.of(encoded))
+                self._write([_Statements.of(r) for r in _merged(group)])
                 latency_s = time.perf_counter() - started_s
                 # A closed loop (the process ending without close()): nobody waits for the
                 # answer, and the group is committed; go on with what was accepted.
@@ -968,31 +1021,29 @@ class SqliteStore:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(_settle, failed, failure)
 
-    def _committed(
-        self, group: list[tuple[Sequence[Change], asyncio.Future[None]]], latency_s: float
-    ) -> None:
+    def _committed(self, group: list[_Submission], latency_s: float) -> None:
         """On the loop: a group is durable."""
         _settle(group, None)
         self.observer.committed(latency_s, len(group))
 
-    def _take_group(self) -> list[tuple[Sequence[Change], asyncio.Future[None]]]:
+    def _take_group(self) -> list[_Submission]:
         """The oldest queued submissions, up to MAX_CHANGES_PER_COMMIT changes (at least one
         submission, however large, so a big batch is never split across transactions).
         Called with _queue_lock held."""
         count = 0
         cut = 0
-        for chunk, _ in self._queue:
-            if cut and count + len(chunk) > MAX_CHANGES_PER_COMMIT:
+        for submission in self._queue:
+            if cut and count + submission.changes > MAX_CHANGES_PER_COMMIT:
                 break
-            count += len(chunk)
+            count += submission.changes
             cut += 1
         group = self._queue[:cut]
         del self._queue[:cut]
         self._queued_changes -= count
         return group
 
-    def _write(self, statements: _Statements) -> None:
-        """One transaction for the whole group, one statement per table (see
+    def _write(self, statements: Sequence[_Statements]) -> None:
+        """One transaction for the whole group: its statements (see ``_merged`` and
         ``_Statements``; ``app.storage.rows`` says why the live grants may be written in any
         order)."""
         conn = self._write_conn
@@ -1002,7 +1053,8 @@ class SqliteStore:
         self._raise_if_moved()
         try:
             conn.execute("BEGIN IMMEDIATE")
-            statements.run(conn)
+            for part in statements:
+                part.run(conn)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
