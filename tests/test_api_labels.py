@@ -4,11 +4,14 @@ limits are 422 and change nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from app.main import create_app
 from tests.support.api import (
     ACCOUNT,
     assert_absent,
@@ -19,6 +22,7 @@ from tests.support.api import (
     snapshot,
     url,
 )
+from tests.support.app_runner import make_settings, running
 
 NAME = "Q3 research allocation: H100 pool ✓"
 METADATA = {"invoice": "INV-2026-0042", "note": "line one\nline two"}  # values may span lines
@@ -147,3 +151,39 @@ async def test_a_refused_labelled_grant_in_a_batch_leaves_the_others(
     # A body that fails validation is refused whole, as any other invalid batch is.
     assert_problem(response, 422)
     assert (await snapshot(client)).balance_status == 404
+
+
+@pytest.mark.backends("sqlite", "postgres")
+async def test_a_label_survives_a_restatement_in_the_same_batch(
+    backend: str, tmp_path: Path, new_database_url: Callable[[], str | None]
+) -> None:
+    """A labelled grant and a late consumption before it, in one batch: the consumption
+    restates the grant's entry (its effect, not its label), in the same commit as the
+    grant's own insert. The stored grant keeps its label, read back and after a restart."""
+    settings = make_settings(backend, tmp_path / "data", new_database_url())
+    async with running(create_app(settings)) as client:
+        ok(await client.post(url(ACCOUNT, "grants"), json=_grant_body(expiry=1000)), 201)
+        ok(await client.put(url(ACCOUNT, "settings"), json={"lateness_window": 1000}))
+        operations = [
+            {
+                "op": "grant",
+                "account_id": ACCOUNT,
+                "amount": 30,
+                "timestamp": 100,
+                "expiry": 1000,
+                "name": NAME,
+                "metadata": METADATA,
+            },
+            {"op": "consume", "account_id": ACCOUNT, "amount": 120, "timestamp": 50},
+        ]
+        body = ok(await client.post("/v1/batch", json={"operations": operations}))
+        assert [r["status"] for r in body["results"]] == [201, 200]
+        assert body["results"][1]["body"]["restated"] >= 1
+        detail = ok(await client.get(url(ACCOUNT, "grants/2")))
+        assert (detail["name"], detail["metadata"]) == (NAME, METADATA)
+    async with running(create_app(settings)) as client:
+        detail = ok(await client.get(url(ACCOUNT, "grants/2")))
+        assert (detail["name"], detail["metadata"]) == (NAME, METADATA)
+        entries = ok(await client.get(url(ACCOUNT, "ledger")))["entries"]
+        [labelled] = [e for e in entries if e["kind"] == "grant" and e["grant_id"] == 2]
+        assert (labelled["name"], labelled["metadata"]) == (NAME, METADATA)

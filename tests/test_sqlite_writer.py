@@ -6,6 +6,7 @@ integers, fractional seconds), including upserts over earlier rows and deletes."
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 import tempfile
 import time
@@ -98,6 +99,7 @@ def _submissions(draw: st.DrawFn) -> list[rows.Rows]:
     once (a later submission may restate or delete it), and may be deleted."""
     made: list[rows.Rows] = []
     written: set[tuple[str, int]] = set()
+    newest: dict[str, AccountRow] = {}
     for _ in range(draw(st.integers(2, 4))):
         group = _one_rows(draw)
         group.entries = [e for e in group.entries if (e[0], e[1]) not in written]
@@ -105,6 +107,18 @@ def _submissions(draw: st.DrawFn) -> list[rows.Rows]:
             draw(st.lists(st.tuples(_ids, st.integers(1, 6)), max_size=3)), 2
         )
         written.update((e[0], e[1]) for e in (*group.entries, *group.restated_entries))
+        for account_id, a in group.accounts.items():  # an account's row never goes back
+            before = newest.get(account_id)
+            if before is not None:
+                a = dataclasses.replace(
+                    a,
+                    clock=max(a.clock, before.clock),
+                    watermark=max(a.watermark, before.watermark),
+                    next_grant_id=max(a.next_grant_id, before.next_grant_id),
+                    next_sequence=max(a.next_sequence, before.next_sequence),
+                )
+                group.accounts[account_id] = a
+            newest[account_id] = a
         made.append(group)
     return made
 
@@ -321,5 +335,22 @@ def test_a_live_grant_deleted_then_brought_back_keeps_the_group_in_submission_or
         assert len(merged) == 1
         assert merged[0].live_grant_deletes == [("a", 1)]
         assert merged[0].live_grant_upserts == [("a", 2, 9, 2, None, 0)]
+    finally:
+        loop.close()
+
+
+def test_a_group_whose_account_goes_back_between_submissions_is_refused() -> None:
+    """Each submission is checked alone when it is made; across a group's submissions the
+    writer checks that an account's clock, watermark and next ids never go back."""
+    loop = asyncio.new_event_loop()
+    try:
+        rows_at = []
+        for clock in (10, 3):
+            r = rows.Rows()
+            r.accounts["a"] = AccountRow("a", clock, 0, 2, 2, watermark=clock)
+            rows_at.append(sqlite._Submission(r, 1, loop.create_future()))
+        with pytest.raises(AssertionError, match="clock went back"):
+            sqlite._merged(rows_at)
+        assert len(sqlite._merged(rows_at[::-1])) == 1
     finally:
         loop.close()

@@ -7,13 +7,15 @@ PostgreSQL). What only one backend needs is listed in ``BACKEND_ONLY_COLUMNS`` w
 
 Live grants of a group are written as every surviving upsert, then every delete, whatever
 order the changes made them in. That is the end state of applying the changes one by one,
-because a live grant, once removed (used up or expired), never comes back: ``check_changes``
-asserts it. So a live grant upserted several times is written once with its newest
-``remaining``, and one upserted and then removed within the group is only deleted.
+because ``encode`` keeps only the last change to each live grant (a late write can bring a
+removed one back: then its upsert is what survives). So a live grant upserted several times
+is written once with its newest ``remaining``, and one upserted and then removed within the
+group is only deleted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -198,9 +200,9 @@ def encode(changes: Sequence[Change]) -> Rows:
     # wins): None is a delete. A late write can bring a live grant back (a consumption now
     # paid by an earlier grant leaves another one credits) and restate an entry twice.
     live: dict[tuple[str, int], LiveGrantValues | None] = {}
-    # (is new, values) or None for a delete. Only a group with late writes needs it: new
+    # (is new, entry) or None for a delete. Only a group with late writes needs it: new
     # entries alone are distinct (checked above) and are appended as they come.
-    entries: dict[tuple[str, int], tuple[bool, EntryValues] | None] = {}
+    entries: dict[tuple[str, int], tuple[bool, Entry] | None] = {}
     in_order = not any(c.restated or c.removed_sequences for c in changes)
     for change in changes:
         account = change.account
@@ -210,11 +212,14 @@ def encode(changes: Sequence[Change]) -> Rows:
             rows.entries.extend([_entry_values(account_id, e) for e in change.entries])
         else:
             for e in change.entries:
-                entries[(account_id, e.sequence)] = (True, _entry_values(account_id, e))
+                entries[(account_id, e.sequence)] = (True, e)
         for e in change.restated:
-            new = entries.get((account_id, e.sequence), (False, None))
-            is_new = new is not None and new[0]  # appended earlier in the group: still new
-            entries[(account_id, e.sequence)] = (is_new, _entry_values(account_id, e))
+            earlier = entries.get((account_id, e.sequence))
+            is_new = earlier is not None and earlier[0]  # appended earlier in the group
+            if is_new:
+                assert earlier is not None  # for the type checker
+                e = _with_label_of(earlier[1], e)
+            entries[(account_id, e.sequence)] = (is_new, e)
         for sequence in change.removed_sequences:
             entries[(account_id, sequence)] = None
         for b in change.upserted_live_grants:
@@ -260,10 +265,25 @@ def encode(changes: Sequence[Change]) -> Rows:
         if entry is None:
             rows.entry_deletes.append(key)
         elif entry[0]:
-            rows.entries.append(entry[1])
+            rows.entries.append(_entry_values(key[0], entry[1]))
         else:
-            rows.restated_entries.append(entry[1])
+            rows.restated_entries.append(_entry_values(key[0], entry[1]))
     return rows
+
+
+def _with_label_of(new: Entry, restated: Entry) -> Entry:
+    """A restatement of a grant entry new in the same group, with the new entry's label: a
+    restatement carries a grant's effect, never its label (SPEC section 7), and here it is
+    written as the entry's insert, with no stored row for the label to survive in (a
+    restatement of a stored row merges into it: ``details`` keeps what it does not name)."""
+    if (
+        type(new) is GrantEntry
+        and type(restated) is GrantEntry
+        and restated.name is None
+        and restated.metadata is None
+    ):
+        return dataclasses.replace(restated, name=new.name, metadata=new.metadata)
+    return restated
 
 
 def _entry_values(account_id: str, e: Entry) -> EntryValues:

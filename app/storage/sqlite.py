@@ -379,6 +379,7 @@ def _merged(submissions: Sequence[_Submission]) -> list[rows.Rows]:
     then the delete would run last. Such a group is written submission by submission."""
     if len(submissions) == 1:
         return [submissions[0].rows]
+    _check_order(submissions)
     deleted_live: set[tuple[str, int]] = set()
     deleted_entries: set[tuple[str, int]] = set()
     for s in submissions:
@@ -404,6 +405,26 @@ def _merged(submissions: Sequence[_Submission]) -> list[rows.Rows]:
         merged.event_ids.extend(r.event_ids)
         merged.checkpoints.extend(r.checkpoints)
     return [merged]
+
+
+def _check_order(submissions: Sequence[_Submission]) -> None:
+    """Across the submissions of a group, per account, in order: the clock, the watermark,
+    the next grant id and the next sequence never go back (each submission was checked
+    alone when it was made: ``rows.check_changes``)."""
+    newest: dict[str, AccountRow] = {}
+    for submission in submissions:
+        for account_id, a in submission.rows.accounts.items():
+            before = newest.get(account_id)
+            if before is not None:
+                assert a.clock >= before.clock, f"{account_id}: the clock went back"
+                assert a.watermark >= before.watermark, f"{account_id}: the watermark went back"
+                assert a.next_grant_id >= before.next_grant_id, (
+                    f"{account_id}: next grant id went back"
+                )
+                assert a.next_sequence >= before.next_sequence, (
+                    f"{account_id}: next sequence went back"
+                )
+            newest[account_id] = a
 
 
 def _nothing() -> None:
