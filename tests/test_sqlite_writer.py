@@ -52,6 +52,15 @@ _event = st.tuples(
     st.none() | _ints,
     st.floats(0, 4e9, allow_nan=False) | st.just(1_800_000_000.123456789),
 )
+_checkpoint = st.tuples(_ids, _ints, _ints, _json_object)
+_key = st.tuples(
+    st.sampled_from(["a", "/batch", "/batch/k1"]),
+    st.sampled_from(["k-1", "k-2"]),
+    _text,
+    st.integers(100, 599),
+    st.binary(max_size=16),
+    st.floats(0, 4e9, allow_nan=False),
+)
 _account = st.builds(
     AccountRow,
     _ids,
@@ -85,6 +94,8 @@ def _one_rows(draw: st.DrawFn) -> rows.Rows:
         draw(st.lists(st.tuples(_ids, st.integers(1, 6)), max_size=4)), 2
     )
     group.event_ids = _unique(draw(st.lists(_event, max_size=4)), 2)
+    group.checkpoints = _unique(draw(st.lists(_checkpoint, max_size=3)), 3)
+    group.idempotency = _unique(draw(st.lists(_key, max_size=3)), 2)
     return group
 
 
@@ -127,6 +138,8 @@ def _bound_row_by_row(conn: sqlite3.Connection, group: rows.Rows) -> None:
     """The same group written as before: one executemany of a VALUES statement per table."""
     new_entries = {(e[0], e[1]) for e in group.entries}
     conn.execute("BEGIN IMMEDIATE")
+    conn.executemany(sqlite._INSERT_IDEMPOTENCY, group.idempotency)
+    conn.executemany(sqlite._INSERT_CHECKPOINT, group.checkpoints)
     conn.executemany(sqlite._INSERT_EVENT_ID, group.event_ids)
     # An entry new in this group cannot exist yet; a test group may reuse a key of an
     # earlier one, which the insert would refuse in both paths alike: drop it first.
@@ -149,7 +162,7 @@ def _as_one_array_per_table(conn: sqlite3.Connection, group: rows.Rows) -> None:
 def _tables(conn: sqlite3.Connection) -> dict[str, list[tuple[object, ...]]]:
     """Every row of the tables a group writes, each value with its SQLite type."""
     found: dict[str, list[tuple[object, ...]]] = {}
-    for table in ("entries", "live_grants", "accounts", "event_ids"):
+    for table in ("entries", "live_grants", "accounts", "event_ids", "checkpoints", "idempotency"):
         names = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
         typed = ", ".join(f"{n}, typeof({n})" for n in names)
         found[table] = conn.execute(f"SELECT {typed} FROM {table} ORDER BY 1, 3, 5").fetchall()
