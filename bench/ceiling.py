@@ -16,8 +16,11 @@ What the ceiling does per batch, on the same operations as ``bench/http.py``'s b
 
 It checks nothing (no validation, no limits, no idempotency, no as-of index, no live grants or
 account rows kept on disk): it is the floor any batch path pays in CPython and SQLite on this
-machine, not a design to copy. Its figure is the best of ``--rounds`` rounds: the machine is
-shared and noisy, and the best round is the one least disturbed.
+machine, not a design to copy. ``measure`` gives the best of ``--rounds`` rounds on a fresh
+file: the machine is shared and noisy, and the best round is the one least disturbed; but the
+file stays tiny. ``measure_grown`` gives the same work sustained on a file grown as a
+server's (each batch touches all 1,000 accounts and the table is keyed by account, so the
+pages a commit writes grow with the file): ``bench/http.py`` reports its batches against both.
 
 ``--decompose`` (``decompose()``) breaks that floor down by what this product must do per
 operation, each step measured on the same operations in the same run:
@@ -30,7 +33,10 @@ operation, each step measured on the same operations in the same run:
   file created by the service's own migrations (``app.storage.sqlite._migrate``) and opened
   with its connection and writer pragmas: one ``entries`` row per operation with its real
   columns (``details`` as compact JSON), the live grants upserted and deleted, one
-  ``accounts`` row per account touched, with the store's own statements; one COMMIT.
+  ``accounts`` row per account touched, with the store's own row-by-row statements (one
+  ``executemany`` each: the cheapest with no other thread; the service writes JSON arrays
+  instead, which cost SQLite more per row but let its writer run beside the event loop);
+  one COMMIT.
 
 Each variant writes ``--grown`` batches into a fresh file (after the warm-up batch that
 creates the accounts) and reports two figures: the best of its first ``--rounds`` batches,

@@ -10,7 +10,11 @@ with wrk as the load generator (one thread: on a 2-core machine one core serves,
    (``bench/bare_app.py``), 64 connections;
 2. single grants and consumptions (alternating, over 1,000 accounts), memory and sqlite
    storage, 64 connections;
-3. the batch endpoint with 1,000 and 10,000 operations a request, sqlite storage.
+3. the batch endpoint with 1,000 operations a request at 8 and at 32 connections and 10,000 at
+   2, sqlite storage, each against the batch path's ceiling (``bench/ceiling.py``) measured
+   in this same run twice: on a fresh file (best of its batches) and on a file grown as the
+   server's was during that batch run (``measure_grown``: as many operations written before,
+   as many timed as the server wrote, sustained).
 
 ``--observability`` measures instead what metrics and the request log cost: single grants and
 consumptions on memory (where the per-request overhead shows most) against servers with

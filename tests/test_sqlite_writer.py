@@ -1,7 +1,15 @@
-"""The SQLite writer passes each table's rows as one JSON array (``app.storage.sqlite``,
-``_Statements``): what it stores must be exactly what binding each row would store, value and
-type, for any rows a group can hold (text with any character, NULLs, negative and 2^53-sized
-integers, fractional seconds), including upserts over earlier rows and deletes."""
+"""The SQLite writer (``app.storage.sqlite``): how a group of submissions reaches the file.
+
+- Each table's rows go as one JSON array (``_Statements``): what it stores must be exactly
+  what binding each row would store, value and type, for any rows a group can hold (text
+  with any character, NULLs, negative and 2^53-sized integers, fractional seconds, bytes),
+  including upserts over earlier rows and deletes; a statement holds a bounded number of
+  rows; a NUL is refused, never cut.
+- A group's submissions are concatenated into one statement per table (``_merged``) only
+  where that ends as writing them one after the other does; an account going back between
+  them is refused.
+- The writer thread starts on a submission while the loop is still busy, and ``close``
+  writes every accepted submission, even behind a cancelled future."""
 
 from __future__ import annotations
 
@@ -240,8 +248,11 @@ def test_a_nul_character_in_a_row_is_refused_not_cut() -> None:
     bad = rows.Rows(event_ids=[("a", "id\x00x", "f", 1, None, 0.0)])
     bad.accounts["a"] = AccountRow("a", 0, 0, 2, 2)
     conn = sqlite3.connect(":memory:")
-    with pytest.raises(ValueError, match="NUL"):
-        sqlite._Statements.of(bad).run(conn)
+    try:
+        with pytest.raises(ValueError, match="NUL"):
+            sqlite._Statements.of(bad).run(conn)
+    finally:
+        conn.close()
 
 
 async def test_the_writer_starts_on_a_submission_while_the_loop_is_still_busy(

@@ -317,28 +317,28 @@ def _json_rows(count: int) -> str:
     return "SELECT " + ", ".join(f"value->>{i}" for i in range(count)) + " FROM json_each(?)"
 
 
-_INSERT_ENTRIES = f"INSERT INTO entries ({columns(ENTRY_COLUMNS)}) {_json_rows(10)}"
-# "WHERE true": SQLite's rule for an upsert whose rows come from a SELECT (the parser would
-# otherwise read ON CONFLICT as a join's ON).
-_UPSERT_ENTRIES = _UPSERT_ENTRY.replace(
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", f"{_json_rows(10)} WHERE true"
-)
-_UPSERT_LIVE_GRANTS = _UPSERT_LIVE_GRANT.replace(
-    "VALUES (?, ?, ?, ?, ?, ?)", f"{_json_rows(6)} WHERE true"
-)
+def _from_json_rows(sql: str, count: int) -> str:
+    """``sql``, a statement over one row of ``count`` parameters, over the rows of a JSON array
+    instead. Its VALUES list must be there, once (a changed statement fails at import)."""
+    values = "VALUES (" + ", ".join("?" * count) + ")"
+    if sql.count(values) != 1:
+        raise ValueError(f"no single {values} in {sql!r}")
+    # "WHERE true": SQLite's rule for an upsert whose rows come from a SELECT (the parser
+    # would otherwise read ON CONFLICT as a join's ON).
+    upsert = " WHERE true" if "ON CONFLICT" in sql else ""
+    return sql.replace(values, _json_rows(count) + upsert)
+
+
+_INSERT_ENTRIES = _from_json_rows(_INSERT_ENTRY, len(ENTRY_COLUMNS))
+_UPSERT_ENTRIES = _from_json_rows(_UPSERT_ENTRY, len(ENTRY_COLUMNS))
+_UPSERT_LIVE_GRANTS = _from_json_rows(_UPSERT_LIVE_GRANT, len(LIVE_GRANT_COLUMNS))
+_UPSERT_ACCOUNTS = _from_json_rows(_UPSERT_ACCOUNT, len(ACCOUNT_COLUMNS))
+_INSERT_EVENT_IDS = _from_json_rows(_INSERT_EVENT_ID, len(EVENT_ID_COLUMNS))
 # The CASTs let the IN use both columns of the primary key (without them SQLite searched by
 # account only and scanned the account's live grants: 138 ms against 5 for 1,000 deletes).
 _DELETE_LIVE_GRANTS = (
     "DELETE FROM live_grants WHERE (account_id, grant_id) IN "
     "(SELECT CAST(value->>0 AS TEXT), CAST(value->>1 AS INTEGER) FROM json_each(?))"
-)
-_UPSERT_ACCOUNTS = _UPSERT_ACCOUNT.replace(
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", f"{_json_rows(9)} WHERE true"
-)
-_INSERT_EVENT_IDS = _INSERT_EVENT_ID.replace("VALUES (?, ?, ?, ?, ?, ?)", _json_rows(6))
-assert all(
-    "VALUES" not in sql
-    for sql in (_UPSERT_ENTRIES, _UPSERT_LIVE_GRANTS, _UPSERT_ACCOUNTS, _INSERT_EVENT_IDS)
 )
 
 
