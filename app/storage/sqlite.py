@@ -326,7 +326,12 @@ def _from_json_rows(sql: str, count: int) -> str:
     # "WHERE true": SQLite's rule for an upsert whose rows come from a SELECT (the parser
     # would otherwise read ON CONFLICT as a join's ON).
     upsert = " WHERE true" if "ON CONFLICT" in sql else ""
-    return sql.replace(values, _json_rows(count) + upsert)
+    # In key order (every table's key starts with its first two columns): the rows of one
+    # account then go into its b-tree pages one after the other, not once per pass over the
+    # accounts (6,000 entries of 1,000 accounts on a grown file: 9.6 us a row against 12.4,
+    # the sort included). Then in array order ("key" is json_each's index): when a group
+    # upserts one key twice, the later row still wins.
+    return sql.replace(values, _json_rows(count) + upsert + " ORDER BY 1, 2, key")
 
 
 _INSERT_ENTRIES = _from_json_rows(_INSERT_ENTRY, len(ENTRY_COLUMNS))
