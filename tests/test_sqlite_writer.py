@@ -1,10 +1,11 @@
 """The SQLite writer (``app.storage.sqlite``): how a group of submissions reaches the file.
 
-- Each table's rows go as one JSON array (``_Statements``): what it stores must be exactly
-  what binding each row would store, value and type, for any rows a group can hold (text
-  with any character, NULLs, negative and 2^53-sized integers, fractional seconds, bytes),
-  including upserts over earlier rows and deletes; a statement holds a bounded number of
-  rows; a NUL is refused, never cut.
+- A group goes as one statement (``_write_groups``: each table's rows as one JSON array, a
+  TEMP trigger runs the tables' statements): what it stores must be exactly what binding
+  each row would store, value and type, for any rows a group can hold (text with any
+  character, NULLs, negative and 2^53-sized integers, fractional seconds, bytes), including
+  upserts over earlier rows and deletes; a statement holds a bounded number of rows; a NUL
+  is refused, never cut; a group that fails leaves nothing of it written.
 - A group's submissions are concatenated into one statement per table (``_merged``) only
   where that ends as writing them one after the other does; an account going back between
   them is refused.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import sqlite3
 import tempfile
 import time
@@ -154,17 +156,24 @@ def _bound_row_by_row(conn: sqlite3.Connection, group: rows.Rows) -> None:
     conn.executemany(sqlite._DELETE_ENTRY, sorted(new_entries))
     conn.executemany(sqlite._INSERT_ENTRY, group.entries)
     conn.executemany(sqlite._UPSERT_ENTRY, group.restated_entries)
+    conn.executemany(sqlite._DELETE_ENTRY, group.entry_deletes)
     conn.executemany(sqlite._UPSERT_LIVE_GRANT, group.live_grant_upserts)
     conn.executemany(sqlite._DELETE_LIVE_GRANT, group.live_grant_deletes)
     conn.executemany(sqlite._UPSERT_ACCOUNT, group.account_values())
     conn.execute("COMMIT")
 
 
-def _as_one_array_per_table(conn: sqlite3.Connection, group: rows.Rows) -> None:
-    conn.execute("BEGIN IMMEDIATE")
+def _as_one_statement(conn: sqlite3.Connection, group: rows.Rows) -> None:
+    # As _bound_row_by_row does (here in a transaction of its own: the end is the same).
     conn.executemany(sqlite._DELETE_ENTRY, sorted({(e[0], e[1]) for e in group.entries}))
-    sqlite._Statements.of(group).run(conn)
-    conn.execute("COMMIT")
+    sqlite._write_groups(conn, [group])
+
+
+def _writer_connection(path: Path) -> sqlite3.Connection:
+    conn = sqlite._connect(path)
+    sqlite._migrate(conn)
+    sqlite._install_group_writer(conn)
+    return conn
 
 
 def _tables(conn: sqlite3.Connection) -> dict[str, list[tuple[object, ...]]]:
@@ -181,7 +190,7 @@ def _tables(conn: sqlite3.Connection) -> dict[str, list[tuple[object, ...]]]:
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(groups=_groups(), rows_per_statement=st.sampled_from([1, 2, 50_000]))
-def test_one_json_array_per_table_stores_what_binding_each_row_stores(
+def test_one_statement_per_group_stores_what_binding_each_row_stores(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     groups: list[rows.Rows],
@@ -192,48 +201,133 @@ def test_one_json_array_per_table_stores_what_binding_each_row_stores(
     # A directory per example: tmp_path is the test's, shared by every example.
     directory = Path(tempfile.mkdtemp(dir=tmp_path))
     paths = [directory / f"{name}.sqlite3" for name in ("rows", "arrays")]
-    connections = [sqlite._connect(path) for path in paths]
+    connections = [_writer_connection(path) for path in paths]
     try:
-        for conn in connections:
-            sqlite._migrate(conn)
         for group in groups:
             _bound_row_by_row(connections[0], group)
-            _as_one_array_per_table(connections[1], group)
+            _as_one_statement(connections[1], group)
+            assert not connections[1].in_transaction
         assert _tables(connections[1]) == _tables(connections[0])
     finally:
         for conn in connections:
             conn.close()
 
 
-def test_the_statements_leave_no_row_unbound() -> None:
+def _group() -> rows.Rows:
     group = rows.Rows(
         entries=[("a", 1, "grant", 0, 5, 0, 1, '{"grant_id":1}', 1, 0)],
         live_grant_upserts=[("a", 1, 9, 5, None, 0)],
         live_grant_deletes=[("a", 2)],
+        event_ids=[("a", "e-1", "f", 1, 1, 0.5)],
     )
     group.accounts["a"] = AccountRow("a", 0, 0, 2, 2)
-    steps = sqlite._Statements.of(group).steps
-    # One statement per table, the accounts last; no VALUES list left to bind row by row.
-    assert [sql for sql, _, _ in steps] == [
-        sqlite._INSERT_ENTRIES,
-        sqlite._UPSERT_LIVE_GRANTS,
-        sqlite._DELETE_LIVE_GRANTS,
-        sqlite._UPSERT_ACCOUNTS,
+    return group
+
+
+def test_a_group_is_one_statement_and_its_own_transaction(tmp_path: Path) -> None:
+    """No BEGIN, no COMMIT, no statement per table: one call writes and commits it all."""
+    # Every table a group's rows fill but the idempotency records has a step in the trigger.
+    filled = {f.name for f in dataclasses.fields(rows.Rows)} - {"idempotency"}
+    assert [column for column, _ in sqlite._GROUP_STEPS] == [
+        "event_ids",
+        "entries",
+        "restated_entries",
+        "entry_deletes",
+        "checkpoints",
+        "live_grant_upserts",
+        "live_grant_deletes",
+        "accounts",
     ]
-    assert all(as_array and "VALUES" not in sql for sql, _, as_array in steps)
+    assert set(column for column, _ in sqlite._GROUP_STEPS) == filled
+    conn = sqlite3.connect(tmp_path / "one.sqlite3", isolation_level=None, factory=_Counted)
+    try:
+        sqlite._migrate(conn)
+        sqlite._install_group_writer(conn)
+        conn.calls.clear()
+        sqlite._write_groups(conn, [_group()])
+        assert conn.calls == [sqlite._WRITE_GROUP]
+        assert not conn.in_transaction
+        assert _count(conn, "entries") == _count(conn, "event_ids") == 1
+        assert _count(conn, "live_grants") == _count(conn, "accounts") == 1
+    finally:
+        conn.close()
+
+
+class _Counted(sqlite3.Connection):
+    """A connection that records the statements it is asked to run."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls: list[str] = []
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        self.calls.append(sql)
+        return super().execute(sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        self.calls.append(sql)
+        return super().executemany(sql, *args)
+
+
+def _count(conn: sqlite3.Connection, table: str) -> int:
+    (count,) = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    assert isinstance(count, int)
+    return count
+
+
+def test_a_group_that_fails_leaves_nothing_of_it_written(tmp_path: Path) -> None:
+    """A new entry already there fails the entries' step, after the event ids' step ran:
+    neither is left, nor a transaction open; the next group goes in."""
+    conn = _writer_connection(tmp_path / "fail.sqlite3")
+    try:
+        sqlite._write_groups(conn, [_group()])
+        again = _group()
+        again.event_ids = [("a", "e-2", "f", 2, None, 0.5)]
+        again.accounts["a"] = AccountRow("a", 1, 0, 3, 3)
+        with pytest.raises(sqlite3.IntegrityError):
+            sqlite._write_groups(conn, [again])
+        assert not conn.in_transaction
+        assert conn.execute("SELECT event_id FROM event_ids").fetchall() == [("e-1",)]
+        assert conn.execute("SELECT clock FROM accounts").fetchall() == [(0,)]
+        with_key = _group()
+        with_key.entries = [("a", 2, "grant", 0, 5, 0, 2, '{"grant_id":2}', 2, 0)]
+        with_key.idempotency = [("/batch", "k", "f", 200, b"{}", 0.5)]
+        with_key.entries.append(with_key.entries[0])  # the same key twice: fails
+        with pytest.raises(sqlite3.IntegrityError):
+            sqlite._write_groups(conn, [with_key])  # the path with a transaction
+        assert not conn.in_transaction
+        assert _count(conn, "idempotency") == 0
+        assert _count(conn, "entries") == 1
+        with_key.entries.pop()
+        sqlite._write_groups(conn, [with_key])
+        assert _count(conn, "idempotency") == 1
+        assert _count(conn, "entries") == 2
+    finally:
+        conn.close()
 
 
 def test_a_table_of_many_rows_is_cut_into_statements_of_bounded_size(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Table by table, in the trigger's order (every upsert before every delete still)."""
     monkeypatch.setattr(sqlite, "JSON_ROWS_PER_STATEMENT", 3)
-    group = rows.Rows(live_grant_deletes=[("a", i) for i in range(1, 8)])
+    group = rows.Rows(
+        live_grant_upserts=[("a", i, 9, 5, None, 0) for i in range(1, 5)],
+        live_grant_deletes=[("a", i) for i in range(1, 8)],
+    )
     group.accounts["a"] = AccountRow("a", 0, 0, 8, 1)
-    steps = sqlite._Statements.of(group).steps
-    assert [len(values) for sql, values, _ in steps if sql == sqlite._DELETE_LIVE_GRANTS] == [
-        3,
-        3,
-        1,
+    columns = [column for column, _ in sqlite._GROUP_STEPS]
+    cut = [
+        [(columns[i], len(json.loads(text))) for i, text in enumerate(p) if text != "[]"]
+        for p in sqlite._group_parameters(group)
+    ]
+    assert cut == [
+        [("live_grant_upserts", 3)],
+        [("live_grant_upserts", 1)],
+        [("live_grant_deletes", 3)],
+        [("live_grant_deletes", 3)],
+        [("live_grant_deletes", 1)],
+        [("accounts", 1)],
     ]
 
 
@@ -247,12 +341,8 @@ def test_a_nul_character_in_a_row_is_refused_not_cut() -> None:
     assert "\\u0000" in sqlite._json_array(fine.entries)
     bad = rows.Rows(event_ids=[("a", "id\x00x", "f", 1, None, 0.0)])
     bad.accounts["a"] = AccountRow("a", 0, 0, 2, 2)
-    conn = sqlite3.connect(":memory:")
-    try:
-        with pytest.raises(ValueError, match="NUL"):
-            sqlite._Statements.of(bad).run(conn)
-    finally:
-        conn.close()
+    with pytest.raises(ValueError, match="NUL"):
+        sqlite._group_parameters(bad)
 
 
 async def test_the_writer_starts_on_a_submission_while_the_loop_is_still_busy(
@@ -315,30 +405,28 @@ async def test_close_writes_every_accepted_submission_even_behind_a_cancelled_on
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(submissions=_submissions())
+@given(submissions=_submissions(), rows_per_statement=st.sampled_from([1, 2, 50_000]))
 def test_a_group_writes_what_its_submissions_write_one_after_the_other(
-    tmp_path: Path, submissions: list[rows.Rows]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    submissions: list[rows.Rows],
+    rows_per_statement: int,
 ) -> None:
-    """``_merged`` concatenates the submissions' rows into one statement per table, unless
-    a key one deletes is written again by a later one: the database ends the same as when
-    each submission is written in turn (both cases are generated: keys are few)."""
+    """``_merged`` concatenates the submissions' rows into one statement, unless a key one
+    deletes is written again by a later one: the database ends the same as when each
+    submission's rows are bound row by row in turn (both cases are generated: keys are few),
+    also when a table's rows are cut into several statements."""
+    monkeypatch.setattr(sqlite, "JSON_ROWS_PER_STATEMENT", rows_per_statement)
     loop = asyncio.new_event_loop()
     try:
         queued = [sqlite._Submission(r, 1, loop.create_future()) for r in submissions]
         directory = Path(tempfile.mkdtemp(dir=tmp_path))  # one per example, as above
         paths = [directory / f"{name}.sqlite3" for name in ("each", "merged")]
-        connections = [sqlite._connect(path) for path in paths]
+        connections = [_writer_connection(path) for path in paths]
         try:
-            for conn in connections:
-                sqlite._migrate(conn)
-            for conn, parts in (
-                (connections[0], submissions),
-                (connections[1], sqlite._merged(queued)),
-            ):
-                conn.execute("BEGIN IMMEDIATE")
-                for part in parts:
-                    sqlite._Statements.of(part).run(conn)
-                conn.execute("COMMIT")
+            for part in submissions:
+                _bound_row_by_row(connections[0], part)
+            sqlite._write_groups(connections[1], sqlite._merged(queued))
             assert _tables(connections[1]) == _tables(connections[0])
         finally:
             for conn in connections:

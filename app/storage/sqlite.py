@@ -110,7 +110,7 @@ WRITE_CACHE_KIB: Final = 64 * 1024
 WAL_AUTOCHECKPOINT_PAGES: Final = 16_384
 # A cap on one transaction's size keeps a commit's latency and memory bounded under load.
 MAX_CHANGES_PER_COMMIT: Final = 20_000
-# Rows of one table in one statement (see ``_Statements``): about 8 MiB of JSON at most.
+# Rows of one table in one statement (see ``_group_parameters``): about 8 MiB of JSON at most.
 JSON_ROWS_PER_STATEMENT: Final = 50_000
 # Groups the writer commits in one job before queueing itself again behind its other jobs.
 DRAIN_GROUPS_PER_JOB: Final = 8
@@ -302,14 +302,19 @@ _INSERT_EVENT_ID = (
 )
 
 
-# -- a group's rows as one statement per table -------------------------------------------
-# The writer thread passes each table's rows to SQLite as ONE JSON array in ONE statement,
-# not with executemany. executemany takes the GIL back for every row (it lets go only
-# inside sqlite3_step), and while the event loop runs Python each take waits for the
-# interpreter's switch interval: measured here, 300,000 rows took 1.3 s alone and more than
-# ten minutes beside a busy thread; in the server, the loop and the writer took turns
-# instead of running side by side. One statement runs every row in C without the GIL. The
-# writer thread makes the arrays (``_Statements``) just before each statement runs.
+# -- a group's rows in one statement ----------------------------------------------------
+# The writer thread hands a group to SQLite as ONE statement: each table's rows as one JSON
+# array, all of them parameters of one INSERT into a TEMP view whose INSTEAD OF trigger runs
+# every table's statement over its array (``_install_group_writer``). Outside a transaction
+# that statement is its own transaction: one call commits the group (synchronous=FULL: the
+# WAL is synced before it returns) and rolls all of it back if any part fails.
+# Why: Python's sqlite3 lets the GIL go only inside SQLite's calls, and every call that ends
+# takes it back. Beside an event loop running Python, each take back waits up to the
+# interpreter's switch interval (5 ms). executemany takes it back for every row (300,000
+# rows: 1.3 s alone, more than ten minutes beside a busy thread); a statement per table, with
+# BEGIN and COMMIT, still took it back about ten times a group (measured: the writer waited
+# about a third of its time). The arrays are made in the writer thread just before the
+# statement runs (``_group_parameters``).
 
 
 def _json_rows(count: int) -> str:
@@ -345,6 +350,112 @@ _DELETE_LIVE_GRANTS = (
     "DELETE FROM live_grants WHERE (account_id, grant_id) IN "
     "(SELECT CAST(value->>0 AS TEXT), CAST(value->>1 AS INTEGER) FROM json_each(?))"
 )
+
+
+_DELETE_ENTRIES = (
+    "DELETE FROM entries WHERE (account_id, sequence) IN "
+    "(SELECT CAST(value->>0 AS TEXT), CAST(value->>1 AS INTEGER) FROM json_each(?))"
+)
+_INSERT_CHECKPOINTS = _from_json_rows(_INSERT_CHECKPOINT, len(CHECKPOINT_COLUMNS))
+
+# The trigger's steps, in the order they run: (the view's column, the statement over its
+# array). Inserts, then upserts, then deletes: ``_merged`` relies on it.
+_GROUP_STEPS: Final = (
+    ("event_ids", _INSERT_EVENT_IDS),
+    ("entries", _INSERT_ENTRIES),
+    ("restated_entries", _UPSERT_ENTRIES),
+    ("entry_deletes", _DELETE_ENTRIES),
+    ("checkpoints", _INSERT_CHECKPOINTS),
+    ("live_grant_upserts", _UPSERT_LIVE_GRANTS),
+    ("live_grant_deletes", _DELETE_LIVE_GRANTS),
+    ("accounts", _UPSERT_ACCOUNTS),
+)
+
+
+def _tables_of(group: rows.Rows) -> tuple[Sequence[tuple[Any, ...]], ...]:
+    """``group``'s rows in ``_GROUP_STEPS`` order; its idempotency records are not among
+    them (their bodies are bytes, which JSON cannot hold)."""
+    return (
+        group.event_ids,
+        group.entries,
+        group.restated_entries,
+        group.entry_deletes,
+        group.checkpoints,
+        group.live_grant_upserts,
+        group.live_grant_deletes,
+        group.account_values(),
+    )
+
+
+def _over_column(sql: str, column: str) -> str:
+    """``sql``, a statement over the rows of the JSON array in parameter 1, over the array in
+    the trigger's NEW row's ``column`` instead (a changed statement fails at import)."""
+    if sql.count("json_each(?)") != 1 or sql.count("?") != 1:
+        raise ValueError(f"no single json_each(?) in {sql!r}")
+    return sql.replace("json_each(?)", f"json_each(NEW.{column})")
+
+
+_GROUP_COLUMNS = ", ".join(column for column, _ in _GROUP_STEPS)
+_GROUP_VIEW = (
+    f"CREATE TEMP VIEW group_rows ({_GROUP_COLUMNS}) AS "
+    f"SELECT {', '.join('NULL' for _ in _GROUP_STEPS)} WHERE false"
+)
+_GROUP_TRIGGER = (
+    "CREATE TEMP TRIGGER write_group_rows INSTEAD OF INSERT ON group_rows BEGIN\n"
+    + "".join(f"{_over_column(sql, column)};\n" for column, sql in _GROUP_STEPS)
+    + "END"
+)
+_WRITE_GROUP = (
+    f"INSERT INTO group_rows ({_GROUP_COLUMNS}) VALUES ({', '.join('?' for _ in _GROUP_STEPS)})"
+)
+_NO_ROWS: Final = "[]"
+
+
+def _install_group_writer(conn: sqlite3.Connection) -> None:
+    """The TEMP view and trigger ``_WRITE_GROUP`` goes through: the connection's own, never
+    in the file (so no migration), made each time the writer connects."""
+    conn.execute(_GROUP_VIEW)
+    conn.execute(_GROUP_TRIGGER)
+
+
+def _group_parameters(group: rows.Rows) -> list[tuple[str, ...]]:
+    """``group``'s rows (but its idempotency records) as the parameters of ``_WRITE_GROUP``:
+    one statement when no table has more than JSON_ROWS_PER_STATEMENT rows (as a group of up
+    to MAX_CHANGES_PER_COMMIT changes has), so a statement stays far below SQLite's length
+    limit; else one per table and slice of its rows, table by table, in the trigger's order
+    (so every insert still runs before every upsert, and upserts before deletes)."""
+    tables = _tables_of(group)
+    if all(len(t) <= JSON_ROWS_PER_STATEMENT for t in tables):
+        return [tuple(_json_array(t) if t else _NO_ROWS for t in tables)]
+    parameters: list[tuple[str, ...]] = []
+    for index, table in enumerate(tables):
+        for start in range(0, len(table), JSON_ROWS_PER_STATEMENT):
+            part = _json_array(table[start : start + JSON_ROWS_PER_STATEMENT])
+            parameters.append(tuple(part if i == index else _NO_ROWS for i in range(len(tables))))
+    return parameters
+
+
+def _write_groups(conn: sqlite3.Connection, groups: Sequence[rows.Rows]) -> None:
+    """Write and commit ``groups`` (one after the other) in one transaction. The common
+    case, one group that fits one statement and holds no idempotency record, is that one
+    statement, outside a transaction: its own. Whatever fails, nothing of them is written."""
+    assert not conn.in_transaction, "the writer commits what it begins"
+    parameters = [_group_parameters(group) for group in groups]
+    if len(parameters) == 1 and len(parameters[0]) == 1 and not groups[0].idempotency:
+        conn.execute(_WRITE_GROUP, parameters[0][0])
+        return
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        for group, statements in zip(groups, parameters, strict=True):
+            if group.idempotency:  # a few rows at most (one per request with a key)
+                conn.executemany(_INSERT_IDEMPOTENCY, group.idempotency)
+            for one in statements:
+                conn.execute(_WRITE_GROUP, one)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _json_array(values: Sequence[tuple[Any, ...]]) -> str:
@@ -446,46 +557,6 @@ def _settle(submissions: list[_Submission], failure: StorageError | None) -> Non
             fut.set_result(None)
         else:
             fut.set_exception(failure)
-
-
-@dataclass(frozen=True, slots=True)
-class _Statements:
-    """A group's rows as the writer runs them, in order: (SQL, rows, one array). A table's
-    rows go JSON_ROWS_PER_STATEMENT at a time, encoded only as each statement runs, so one
-    statement's text stays far below SQLite's length limit and a group's memory is bounded
-    by its rows, not by copies of them; the rest go row by row."""
-
-    steps: list[tuple[str, Sequence[tuple[Any, ...]], bool]]
-
-    @staticmethod
-    def of(group: rows.Rows) -> _Statements:
-        steps: list[tuple[str, Sequence[tuple[Any, ...]], bool]] = []
-
-        def arrays(sql: str, values: Sequence[tuple[Any, ...]]) -> None:
-            for start in range(0, len(values), JSON_ROWS_PER_STATEMENT):
-                steps.append((sql, values[start : start + JSON_ROWS_PER_STATEMENT], True))
-
-        if group.idempotency:  # a few rows at most; bodies are bytes, which JSON cannot hold
-            steps.append((_INSERT_IDEMPOTENCY, group.idempotency, False))
-        arrays(_INSERT_EVENT_IDS, group.event_ids)
-        arrays(_INSERT_ENTRIES, group.entries)
-        arrays(_UPSERT_ENTRIES, group.restated_entries)
-        if group.entry_deletes:  # rare: an expiration a late write undid
-            steps.append((_DELETE_ENTRY, group.entry_deletes, False))
-        if group.checkpoints:  # a few per group: one per account every few hundred writes
-            steps.append((_INSERT_CHECKPOINT, group.checkpoints, False))
-        arrays(_UPSERT_LIVE_GRANTS, group.live_grant_upserts)
-        arrays(_DELETE_LIVE_GRANTS, group.live_grant_deletes)
-        arrays(_UPSERT_ACCOUNTS, group.account_values())
-        return _Statements(steps)
-
-    def run(self, conn: sqlite3.Connection) -> None:
-        """Every step, in order, on ``conn`` (inside the caller's transaction)."""
-        for sql, values, as_array in self.steps:
-            if as_array:
-                conn.execute(sql, (_json_array(values),))
-            else:
-                conn.executemany(sql, values)
 
 
 _ENTRY_FIELDS = "sequence, kind, timestamp, available, debt, details, revision"
@@ -764,6 +835,7 @@ class SqliteStore:
         applied = _migrate(conn)
         if applied:
             log.info("%s: applied schema migrations %s", self._path, applied)
+        _install_group_writer(conn)
         conn.execute(
             "DELETE FROM idempotency WHERE created_at_s < ?", (idempotency_min_created_at_s,)
         )
@@ -1029,7 +1101,7 @@ class SqliteStore:
                 started_s = time.perf_counter()
                 if self._failure is not None:  # a submission that raced the failure
                     raise self._failure
-                self._write([_Statements.of(r) for r in _merged(group)])
+                self._write(_merged(group))
                 latency_s = time.perf_counter() - started_s
                 # A closed loop (the process ending without close()): nobody waits for the
                 # answer, and the group is committed; go on with what was accepted.
@@ -1068,24 +1140,15 @@ class SqliteStore:
         self._queued_changes -= count
         return group
 
-    def _write(self, statements: Sequence[_Statements]) -> None:
-        """One transaction for the whole group: its statements (see ``_merged`` and
-        ``_Statements``; ``app.storage.rows`` says why the live grants may be written in any
-        order)."""
+    def _write(self, groups: Sequence[rows.Rows]) -> None:
+        """One transaction for the whole group, as ``_merged`` cut it (see ``_write_groups``;
+        ``app.storage.rows`` says why the live grants may be written in any order)."""
         conn = self._write_conn
         assert conn is not None, "store is not open"
         # Before: do not write into a file that is gone. After: do not acknowledge a commit
         # that may have gone into one (the path changed while it ran).
         self._raise_if_moved()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for part in statements:
-                part.run(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+        _write_groups(conn, groups)
         self._raise_if_moved()
 
     def _raise_if_moved(self) -> None:
