@@ -14,7 +14,9 @@ with wrk as the load generator (one thread: on a 2-core machine one core serves,
    2, sqlite storage, each against the batch path's ceiling (``bench/ceiling.py``) measured
    in this same run twice: on a fresh file (best of its batches) and on a file grown as the
    server's was during that batch run (``measure_grown``: as many operations written before,
-   as many timed as the server wrote, sustained).
+   as many timed as the server wrote, sustained);
+4. the same batch runs on memory storage: the service's own path with no disk at all, the
+   most the SQLite figure can reach while the event loop's Python is what bounds it.
 
 ``--observability`` measures instead what metrics and the request log cost: single grants and
 consumptions on memory (where the per-request overhead shows most) against servers with
@@ -454,6 +456,16 @@ def main() -> None:
                         rate,
                         *fixed_rate_latency(server.base_url, rate, seconds, args.connections),
                     )
+                    # After the latency runs, which find the accounts as before.
+                    for name, size, connections in BATCH_RUNS:
+                        results[f"{name}-memory"] = run_wrk(
+                            f"batch of {size:,} ops, {connections} connections, {storage}",
+                            server.base_url,
+                            batch_lua(size),
+                            seconds,
+                            connections,
+                            size,
+                        )
                 if storage == "sqlite":
                     for name, size, connections in BATCH_RUNS:
                         before = _entries_in(server.data_dir)
@@ -511,6 +523,13 @@ def main() -> None:
             f"batch of {size:,} at {connections} connections, sqlite / ceiling: "
             f"{ops_per_s / grown_ceilings[name]:.2f} on a file grown alike (target >= 0.6), "
             f"{ops_per_s / ceilings[size]:.2f} on a fresh file"
+        )
+    for name, size, connections in BATCH_RUNS:
+        memory_ops_per_s = results[f"{name}-memory"].ops_per_s
+        print(
+            f"batch of {size:,} at {connections} connections, sqlite / memory: "
+            f"{results[name].ops_per_s / memory_ops_per_s:.2f}; memory / grown-file ceiling: "
+            f"{memory_ops_per_s / grown_ceilings[name]:.2f}"
         )
     rate, p50, p99, p999 = fixed["memory"]
     print(
