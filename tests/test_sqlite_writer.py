@@ -6,9 +6,9 @@
   character, NULLs, negative and 2^53-sized integers, fractional seconds, bytes), including
   upserts over earlier rows and deletes; a statement holds a bounded number of rows; a NUL
   is refused, never cut; a group that fails leaves nothing of it written.
-- A group's submissions are concatenated into one statement per table (``_merged``) only
-  where that ends as writing them one after the other does; an account going back between
-  them is refused.
+- A group's submissions are concatenated into one statement (``_merged``) only where that
+  ends as writing them one after the other does; an account going back between them is
+  refused. A group cut into statements makes each one's JSON only as it runs.
 - The writer thread starts on a submission while the loop is still busy, and ``close``
   writes every accepted submission, even behind a cancelled future."""
 
@@ -20,6 +20,7 @@ import json
 import sqlite3
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -319,7 +320,7 @@ def test_a_table_of_many_rows_is_cut_into_statements_of_bounded_size(
     columns = [column for column, _ in sqlite._GROUP_STEPS]
     cut = [
         [(columns[i], len(json.loads(text))) for i, text in enumerate(p) if text != "[]"]
-        for p in sqlite._group_parameters(group)
+        for p in sqlite._group_parameters(group)  # made one by one, as the writer takes them
     ]
     assert cut == [
         [("live_grant_upserts", 3)],
@@ -329,6 +330,38 @@ def test_a_table_of_many_rows_is_cut_into_statements_of_bounded_size(
         [("live_grant_deletes", 1)],
         [("accounts", 1)],
     ]
+
+
+def test_a_group_cut_into_statements_makes_each_ones_json_as_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its memory is its rows and one slice's JSON (an account whose 10^6 live grants all
+    expire at once is one submission of 10^6 deletes), not a copy of every slice."""
+    monkeypatch.setattr(sqlite, "JSON_ROWS_PER_STATEMENT", 2)
+    log: list[str] = []
+    encode = sqlite._json_array
+
+    def logged(values: Sequence[tuple[Any, ...]]) -> str:
+        log.append("json")
+        return encode(values)
+
+    monkeypatch.setattr(sqlite, "_json_array", logged)
+    conn = sqlite3.connect(tmp_path / "cut.sqlite3", isolation_level=None, factory=_Counted)
+    try:
+        sqlite._migrate(conn)
+        sqlite._install_group_writer(conn)
+        group = rows.Rows(live_grant_upserts=[("a", i, 9, 5, None, 0) for i in range(1, 6)])
+        group.accounts["a"] = AccountRow("a", 0, 0, 8, 1)
+        conn.calls = log  # statements and encodings in one log, in the order they happen
+        sqlite._write_groups(conn, [group])
+        assert log == [
+            "BEGIN IMMEDIATE",
+            *["json", sqlite._WRITE_GROUP] * 4,  # live grants 2 + 2 + 1, then the account
+            "COMMIT",
+        ]
+        assert _count(conn, "live_grants") == 5
+    finally:
+        conn.close()
 
 
 def test_a_nul_character_in_a_row_is_refused_not_cut() -> None:
@@ -342,7 +375,7 @@ def test_a_nul_character_in_a_row_is_refused_not_cut() -> None:
     bad = rows.Rows(event_ids=[("a", "id\x00x", "f", 1, None, 0.0)])
     bad.accounts["a"] = AccountRow("a", 0, 0, 2, 2)
     with pytest.raises(ValueError, match="NUL"):
-        sqlite._group_parameters(bad)
+        list(sqlite._group_parameters(bad))
 
 
 async def test_the_writer_starts_on_a_submission_while_the_loop_is_still_busy(

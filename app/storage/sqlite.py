@@ -9,8 +9,8 @@ Why it is shaped this way:
   not N. The event loop never touches the disk: it only hands lists to the writer thread.
   ``submit`` turns the changes into rows on the loop; the writer thread takes the next
   group itself as soon as a commit ends (the event loop would reach it only after every
-  request ready to run, and the writer would idle), writes it with one statement per table
-  when it can (``_merged``), and tells the loop, which answers the group's requests.
+  request ready to run, and the writer would idle), writes it with one statement when it can
+  (``_merged``, ``_write_groups``), and tells the loop, which answers the group's requests.
 - All or nothing: every group is one transaction; on any error it is rolled back, every
   waiting future fails with ``StorageError``, and so does every later submit (memory has run
   ahead of disk, so the process must restart and reload).
@@ -418,21 +418,27 @@ def _install_group_writer(conn: sqlite3.Connection) -> None:
     conn.execute(_GROUP_TRIGGER)
 
 
-def _group_parameters(group: rows.Rows) -> list[tuple[str, ...]]:
-    """``group``'s rows (but its idempotency records) as the parameters of ``_WRITE_GROUP``:
-    one statement when no table has more than JSON_ROWS_PER_STATEMENT rows (as a group of up
-    to MAX_CHANGES_PER_COMMIT changes has), so a statement stays far below SQLite's length
-    limit; else one per table and slice of its rows, table by table, in the trigger's order
-    (so every insert still runs before every upsert, and upserts before deletes)."""
+def _in_one_statement(group: rows.Rows) -> bool:
+    """No table of ``group`` has more than JSON_ROWS_PER_STATEMENT rows (as a group of up to
+    MAX_CHANGES_PER_COMMIT changes has): one ``_WRITE_GROUP`` takes it all, and stays far
+    below SQLite's length limit."""
+    return all(len(t) <= JSON_ROWS_PER_STATEMENT for t in _tables_of(group))
+
+
+def _group_parameters(group: rows.Rows) -> Iterator[tuple[str, ...]]:
+    """``group``'s rows (but its idempotency records) as the parameters of ``_WRITE_GROUP``
+    statements, each made just before it is taken: one statement when ``_in_one_statement``,
+    else one per table and slice of its rows, table by table in the trigger's order (every
+    insert still runs before every upsert, and upserts before deletes), so a group's memory
+    is its rows and one slice's JSON, not a copy of all of them."""
     tables = _tables_of(group)
-    if all(len(t) <= JSON_ROWS_PER_STATEMENT for t in tables):
-        return [tuple(_json_array(t) if t else _NO_ROWS for t in tables)]
-    parameters: list[tuple[str, ...]] = []
+    if _in_one_statement(group):
+        yield tuple(_json_array(t) if t else _NO_ROWS for t in tables)
+        return
     for index, table in enumerate(tables):
         for start in range(0, len(table), JSON_ROWS_PER_STATEMENT):
             part = _json_array(table[start : start + JSON_ROWS_PER_STATEMENT])
-            parameters.append(tuple(part if i == index else _NO_ROWS for i in range(len(tables))))
-    return parameters
+            yield tuple(part if i == index else _NO_ROWS for i in range(len(tables)))
 
 
 def _write_groups(conn: sqlite3.Connection, groups: Sequence[rows.Rows]) -> None:
@@ -440,17 +446,17 @@ def _write_groups(conn: sqlite3.Connection, groups: Sequence[rows.Rows]) -> None
     case, one group that fits one statement and holds no idempotency record, is that one
     statement, outside a transaction: its own. Whatever fails, nothing of them is written."""
     assert not conn.in_transaction, "the writer commits what it begins"
-    parameters = [_group_parameters(group) for group in groups]
-    if len(parameters) == 1 and len(parameters[0]) == 1 and not groups[0].idempotency:
-        conn.execute(_WRITE_GROUP, parameters[0][0])
+    if len(groups) == 1 and not groups[0].idempotency and _in_one_statement(groups[0]):
+        [one] = _group_parameters(groups[0])
+        conn.execute(_WRITE_GROUP, one)
         return
     try:
         conn.execute("BEGIN IMMEDIATE")
-        for group, statements in zip(groups, parameters, strict=True):
+        for group in groups:
             if group.idempotency:  # a few rows at most (one per request with a key)
                 conn.executemany(_INSERT_IDEMPOTENCY, group.idempotency)
-            for one in statements:
-                conn.execute(_WRITE_GROUP, one)
+            for parameters in _group_parameters(group):
+                conn.execute(_WRITE_GROUP, parameters)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -484,7 +490,7 @@ class _Submission:
 
 
 def _merged(submissions: Sequence[_Submission]) -> list[rows.Rows]:
-    """The rows of a group, as few as can be written with one statement per table: one
+    """The rows of a group, as few as can be written with one statement: one
     ``Rows`` when the submissions' rows can be concatenated, else each submission's own, to
     be written one after the other.
 
