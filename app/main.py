@@ -219,8 +219,8 @@ async def _schema_version(ledger: Ledger, settings: Settings) -> int | None:
 # The cyclic collector's thresholds (see _tune_gc): objects allocated (net) between
 # collections of the young generation; young collections between collections of the middle
 # one; middle ones between full ones. The middle generation is collected about as often as
-# with (50,000, 50): every 2.4 million objects.
-GC_THRESHOLDS: Final = (200_000, 12, 100)
+# with (50,000, 50): every 2.5 million objects.
+GC_THRESHOLDS: Final = (100_000, 25, 100)
 
 
 def _tune_gc() -> None:
@@ -231,13 +231,16 @@ def _tune_gc() -> None:
     service creates no reference cycles on its hot path, so little is left for the
     collector to find.
 
-    Why 200,000: a young collection scans every object allocated since the last one that is
+    Why 100,000: a young collection scans every object allocated since the last one that is
     still alive, and under load that is every batch in flight (32 clients posting 1,000-op
     batches: about 400,000 objects, 70 ms a collection on average), however low the
     threshold; the threshold only sets how often. In process, SQLite, 32 clients: 50,000
     spent 5.8 to 6.9 us per operation collecting (25 collections in 300,000 operations),
-    200,000 spent 1.4 to 1.6 (4). The longest pause went from 200-240 to 320-330 ms; cyclic
-    garbage may wait for up to 200,000 allocations (tens of MiB) before it is freed."""
+    100,000 spent 2.6 (10), 200,000 1.4 to 1.6 (4). But what a collection finds alive also
+    includes what memory storage keeps (every entry): after 20 s of saturation, single
+    operations at half that rate had a p99 of 5 to 15 ms at 50,000, 4 to 7 at 100,000 and 32
+    to 35 at 200,000 (the README's target is 25). Cyclic garbage may wait for up to 100,000
+    allocations before it is freed."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)

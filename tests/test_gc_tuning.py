@@ -1,5 +1,5 @@
 """The service tunes CPython's cyclic collector once its ledger is up (``app.main._tune_gc``):
-what startup loaded is frozen, and the young generation is collected every 200,000
+what startup loaded is frozen, and the young generation is collected every 100,000
 allocations, not 700 (the README's batch figures depend on it)."""
 
 from __future__ import annotations
