@@ -5,7 +5,9 @@
   each row would store, value and type, for any rows a group can hold (text with any
   character, NULLs, negative and 2^53-sized integers, fractional seconds, bytes), including
   upserts over earlier rows and deletes; a statement holds a bounded number of rows; a NUL
-  is refused, never cut; a group that fails leaves nothing of it written.
+  is refused, never cut; a group that fails (a constraint, the disk full) leaves nothing of
+  it written; the trigger's OR REPLACE still replaces; without BEGIN IMMEDIATE the statement
+  still waits for another writer and not for readers.
 - A group's submissions are concatenated into one statement (``_merged``) only where that
   ends as writing them one after the other does; an account going back between them is
   refused. A group cut into statements makes each one's JSON only as it runs.
@@ -19,6 +21,7 @@ import dataclasses
 import json
 import sqlite3
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -499,3 +502,99 @@ def test_a_group_whose_account_goes_back_between_submissions_is_refused() -> Non
         assert len(sqlite._merged(rows_at[::-1])) == 1
     finally:
         loop.close()
+
+
+def _account_group(clock: int) -> rows.Rows:
+    group = rows.Rows()
+    group.accounts["a"] = AccountRow("a", clock, 0, 2, 2)
+    return group
+
+
+@pytest.mark.parametrize("with_key", [False, True], ids=["one-statement", "transaction"])
+def test_a_disk_full_in_the_middle_of_a_group_leaves_nothing_of_it(
+    tmp_path: Path, with_key: bool
+) -> None:
+    """SQLITE_FULL while the trigger's steps run (the file may not grow): nothing of the
+    group stays, no transaction is left open, and once there is room the group goes in."""
+    conn = _writer_connection(tmp_path / "full.sqlite3")
+    try:
+        sqlite._write_groups(conn, [_account_group(0)])
+        (pages,) = conn.execute("PRAGMA page_count").fetchone()
+        conn.execute(f"PRAGMA max_page_count = {pages + 3}")
+        big = _account_group(7)
+        big.event_ids = [("a", f"e{i}", "f" * 200, i, None, 0.5) for i in range(3000)]
+        big.entries = [
+            ("a", i, "grant", 0, 5, 0, 1, '{"grant_id":1}', i, 0) for i in range(1, 3000)
+        ]
+        if with_key:
+            big.idempotency = [("a", "k", "f", 200, b"{}", 0.5)]
+        with pytest.raises(sqlite3.OperationalError, match="full"):
+            sqlite._write_groups(conn, [big])
+        assert not conn.in_transaction
+        assert _count(conn, "event_ids") == _count(conn, "entries") == 0
+        assert _count(conn, "idempotency") == 0
+        assert conn.execute("SELECT clock FROM accounts").fetchall() == [(0,)]
+        conn.execute("PRAGMA max_page_count = 1000000")
+        sqlite._write_groups(conn, [big])
+        assert _count(conn, "entries") == 2999
+    finally:
+        conn.close()
+
+
+def test_or_replace_inside_the_trigger_replaces_rows_of_an_earlier_group(tmp_path: Path) -> None:
+    """The outer INSERT has no conflict clause, so the trigger's own OR REPLACE applies."""
+    conn = _writer_connection(tmp_path / "replace.sqlite3")
+    try:
+        first = _account_group(0)
+        first.event_ids = [("a", "e", "f1", 1, 1, 0.5)]
+        first.checkpoints = [("a", 5, 1, '{"x":1}')]
+        sqlite._write_groups(conn, [first])
+        second = _account_group(1)
+        second.event_ids = [("a", "e", "f2", 2, None, 1.5)]
+        second.checkpoints = [("a", 5, 1, '{"x":2}')]
+        sqlite._write_groups(conn, [second])
+        assert conn.execute("SELECT * FROM event_ids").fetchall() == [
+            ("a", "e", "f2", 2, None, 1.5)
+        ]
+        assert conn.execute("SELECT * FROM checkpoints").fetchall() == [("a", 5, 1, '{"x":2}')]
+    finally:
+        conn.close()
+
+
+def test_the_one_statement_waits_for_another_writer_and_not_for_readers(tmp_path: Path) -> None:
+    """No BEGIN IMMEDIATE any more: the statement still takes the write lock at its start
+    (busy_timeout applies; no SQLITE_BUSY_SNAPSHOT although another connection commits
+    while it waits), and a reader holding an older snapshot does not stop it."""
+    path = tmp_path / "locks.sqlite3"
+    conn = _writer_connection(path)
+    reader = sqlite._connect(path)
+    other = sqlite._connect(path)
+    try:
+        sqlite._write_groups(conn, [_account_group(0)])
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT clock FROM accounts").fetchall() == [(0,)]
+        sqlite._write_groups(conn, [_account_group(1)])
+        assert reader.execute("SELECT clock FROM accounts").fetchall() == [(0,)]
+        reader.execute("COMMIT")
+
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO meta VALUES ('review', 'x')")
+        waiting = threading.Event()
+        done = threading.Event()
+
+        def write() -> None:
+            waiting.set()
+            sqlite._write_groups(conn, [_account_group(2)])
+            done.set()
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        assert waiting.wait(10)
+        assert not done.wait(0.3)  # held by the other writer (a bound, not a sleep for luck)
+        other.execute("COMMIT")
+        thread.join(10)
+        assert done.is_set()
+        assert reader.execute("SELECT clock FROM accounts").fetchall() == [(2,)]
+    finally:
+        for c in (conn, reader, other):
+            c.close()
