@@ -72,7 +72,9 @@ _key = st.tuples(
     st.sampled_from(["k-1", "k-2"]),
     _text,
     st.integers(100, 599),
-    st.binary(max_size=16),
+    # Bodies: any bytes (bound as bytes), and UTF-8 text (as the service's answers are: it
+    # goes as JSON text, made bytes again by the statement).
+    st.binary(max_size=16) | st.text(max_size=16).map(str.encode),
     st.floats(0, 4e9, allow_nan=False),
 )
 _account = st.builds(
@@ -223,16 +225,19 @@ def _group() -> rows.Rows:
         live_grant_upserts=[("a", 1, 9, 5, None, 0)],
         live_grant_deletes=[("a", 2)],
         event_ids=[("a", "e-1", "f", 1, 1, 0.5)],
+        idempotency=[("/batch", "k-1", "f", 200, '{"é":"\\""}'.encode(), 0.5)],
     )
     group.accounts["a"] = AccountRow("a", 0, 0, 2, 2)
     return group
 
 
 def test_a_group_is_one_statement_and_its_own_transaction(tmp_path: Path) -> None:
-    """No BEGIN, no COMMIT, no statement per table: one call writes and commits it all."""
-    # Every table a group's rows fill but the idempotency records has a step in the trigger.
-    filled = {f.name for f in dataclasses.fields(rows.Rows)} - {"idempotency"}
+    """No BEGIN, no COMMIT, no statement per table: one call writes and commits it all,
+    an idempotency record's body too (UTF-8, as the service's answers are)."""
+    # Every table a group's rows fill has a step in the trigger.
+    filled = {f.name for f in dataclasses.fields(rows.Rows)}
     assert [column for column, _ in sqlite._GROUP_STEPS] == [
+        "idempotency",
         "event_ids",
         "entries",
         "restated_entries",
@@ -253,6 +258,23 @@ def test_a_group_is_one_statement_and_its_own_transaction(tmp_path: Path) -> Non
         assert not conn.in_transaction
         assert _count(conn, "entries") == _count(conn, "event_ids") == 1
         assert _count(conn, "live_grants") == _count(conn, "accounts") == 1
+        body = conn.execute("SELECT body, typeof(body) FROM idempotency").fetchall()
+        assert body == [('{"é":"\\""}'.encode(), "blob")]
+        # A body that is not UTF-8 is bound as bytes, in a transaction of its own.
+        group = _group()
+        group.entries, group.event_ids = [], []
+        group.idempotency = [("/batch", "k-2", "f", 200, b"\xff\x00", 0.5)]
+        conn.calls.clear()
+        sqlite._write_groups(conn, [group])
+        assert conn.calls == [
+            "BEGIN IMMEDIATE",
+            sqlite._INSERT_IDEMPOTENCY,
+            sqlite._WRITE_GROUP,
+            "COMMIT",
+        ]
+        assert conn.execute("SELECT body FROM idempotency WHERE key = 'k-2'").fetchall() == [
+            (b"\xff\x00",)
+        ]
     finally:
         conn.close()
 
@@ -286,25 +308,27 @@ def test_a_group_that_fails_leaves_nothing_of_it_written(tmp_path: Path) -> None
     try:
         sqlite._write_groups(conn, [_group()])
         again = _group()
+        again.idempotency = [("/batch", "k-2", "f", 200, b"{}", 0.5)]
         again.event_ids = [("a", "e-2", "f", 2, None, 0.5)]
         again.accounts["a"] = AccountRow("a", 1, 0, 3, 3)
         with pytest.raises(sqlite3.IntegrityError):
             sqlite._write_groups(conn, [again])
         assert not conn.in_transaction
         assert conn.execute("SELECT event_id FROM event_ids").fetchall() == [("e-1",)]
+        assert conn.execute("SELECT key FROM idempotency").fetchall() == [("k-1",)]
         assert conn.execute("SELECT clock FROM accounts").fetchall() == [(0,)]
         with_key = _group()
         with_key.entries = [("a", 2, "grant", 0, 5, 0, 2, '{"grant_id":2}', 2, 0)]
-        with_key.idempotency = [("/batch", "k", "f", 200, b"{}", 0.5)]
+        with_key.idempotency = [("/batch", "k", "f", 200, b"\xff", 0.5)]  # bound as bytes
         with_key.entries.append(with_key.entries[0])  # the same key twice: fails
         with pytest.raises(sqlite3.IntegrityError):
             sqlite._write_groups(conn, [with_key])  # the path with a transaction
         assert not conn.in_transaction
-        assert _count(conn, "idempotency") == 0
+        assert _count(conn, "idempotency") == 1
         assert _count(conn, "entries") == 1
         with_key.entries.pop()
         sqlite._write_groups(conn, [with_key])
-        assert _count(conn, "idempotency") == 1
+        assert _count(conn, "idempotency") == 2
         assert _count(conn, "entries") == 2
     finally:
         conn.close()
@@ -323,7 +347,7 @@ def test_a_table_of_many_rows_is_cut_into_statements_of_bounded_size(
     columns = [column for column, _ in sqlite._GROUP_STEPS]
     cut = [
         [(columns[i], len(json.loads(text))) for i, text in enumerate(p) if text != "[]"]
-        for p in sqlite._group_parameters(group)  # made one by one, as the writer takes them
+        for p in sqlite._group_parameters(group, [])  # made one by one, as the writer takes them
     ]
     assert cut == [
         [("live_grant_upserts", 3)],
@@ -378,7 +402,7 @@ def test_a_nul_character_in_a_row_is_refused_not_cut() -> None:
     bad = rows.Rows(event_ids=[("a", "id\x00x", "f", 1, None, 0.0)])
     bad.accounts["a"] = AccountRow("a", 0, 0, 2, 2)
     with pytest.raises(ValueError, match="NUL"):
-        list(sqlite._group_parameters(bad))
+        list(sqlite._group_parameters(bad, []))
 
 
 async def test_the_writer_starts_on_a_submission_while_the_loop_is_still_busy(
@@ -510,9 +534,13 @@ def _account_group(clock: int) -> rows.Rows:
     return group
 
 
-@pytest.mark.parametrize("with_key", [False, True], ids=["one-statement", "transaction"])
+@pytest.mark.parametrize(
+    "body",
+    [b"{}", b"\xff"],  # text: one statement; not UTF-8: bound as bytes, in a transaction
+    ids=["one-statement", "transaction"],
+)
 def test_a_disk_full_in_the_middle_of_a_group_leaves_nothing_of_it(
-    tmp_path: Path, with_key: bool
+    tmp_path: Path, body: bytes
 ) -> None:
     """SQLITE_FULL while the trigger's steps run (the file may not grow): nothing of the
     group stays, no transaction is left open, and once there is room the group goes in."""
@@ -526,8 +554,7 @@ def test_a_disk_full_in_the_middle_of_a_group_leaves_nothing_of_it(
         big.entries = [
             ("a", i, "grant", 0, 5, 0, 1, '{"grant_id":1}', i, 0) for i in range(1, 3000)
         ]
-        if with_key:
-            big.idempotency = [("a", "k", "f", 200, b"{}", 0.5)]
+        big.idempotency = [("a", "k", "f", 200, body, 0.5)]
         with pytest.raises(sqlite3.OperationalError, match="full"):
             sqlite._write_groups(conn, [big])
         assert not conn.in_transaction

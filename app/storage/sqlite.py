@@ -314,15 +314,17 @@ _INSERT_EVENT_ID = (
 # rows: 1.3 s alone, more than ten minutes beside a busy thread); a statement per table, with
 # BEGIN and COMMIT, still took it back about ten times a group (measured: the writer waited
 # about a third of its time). The arrays are made in the writer thread just before the
-# statement runs (``_group_parameters``).
+# statement runs (``_group_parameters``); idempotency bodies (bytes) go as their text.
 
 
-def _json_rows(count: int) -> str:
-    """A SELECT of ``count`` columns from the rows of a JSON array of arrays (parameter 1)."""
-    return "SELECT " + ", ".join(f"value->>{i}" for i in range(count)) + " FROM json_each(?)"
+def _json_rows(count: int, blobs: tuple[int, ...] = ()) -> str:
+    """A SELECT of ``count`` columns from the rows of a JSON array of arrays (parameter 1);
+    the columns in ``blobs`` are text made bytes again (see ``_keys_as_text``)."""
+    values = [f"CAST(value->>{i} AS BLOB)" if i in blobs else f"value->>{i}" for i in range(count)]
+    return "SELECT " + ", ".join(values) + " FROM json_each(?)"
 
 
-def _from_json_rows(sql: str, count: int) -> str:
+def _from_json_rows(sql: str, count: int, blobs: tuple[int, ...] = ()) -> str:
     """``sql``, a statement over one row of ``count`` parameters, over the rows of a JSON array
     instead. Its VALUES list must be there, once (a changed statement fails at import)."""
     values = "VALUES (" + ", ".join("?" * count) + ")"
@@ -336,7 +338,7 @@ def _from_json_rows(sql: str, count: int) -> str:
     # accounts (6,000 entries of 1,000 accounts on a grown file: 9.6 us a row against 12.4,
     # the sort included). Then in array order ("key" is json_each's index): when a group
     # upserts one key twice, the later row still wins.
-    return sql.replace(values, _json_rows(count) + upsert + " ORDER BY 1, 2, key")
+    return sql.replace(values, _json_rows(count, blobs) + upsert + " ORDER BY 1, 2, key")
 
 
 _INSERT_ENTRIES = _from_json_rows(_INSERT_ENTRY, len(ENTRY_COLUMNS))
@@ -357,10 +359,14 @@ _DELETE_ENTRIES = (
     "(SELECT CAST(value->>0 AS TEXT), CAST(value->>1 AS INTEGER) FROM json_each(?))"
 )
 _INSERT_CHECKPOINTS = _from_json_rows(_INSERT_CHECKPOINT, len(CHECKPOINT_COLUMNS))
+_INSERT_IDEMPOTENCIES = _from_json_rows(
+    _INSERT_IDEMPOTENCY, len(IDEMPOTENCY_COLUMNS), blobs=(IDEMPOTENCY_COLUMNS.index("body"),)
+)
 
 # The trigger's steps, in the order they run: (the view's column, the statement over its
 # array). Inserts, then upserts, then deletes: ``_merged`` relies on it.
 _GROUP_STEPS: Final = (
+    ("idempotency", _INSERT_IDEMPOTENCIES),
     ("event_ids", _INSERT_EVENT_IDS),
     ("entries", _INSERT_ENTRIES),
     ("restated_entries", _UPSERT_ENTRIES),
@@ -372,10 +378,11 @@ _GROUP_STEPS: Final = (
 )
 
 
-def _tables_of(group: rows.Rows) -> tuple[Sequence[tuple[Any, ...]], ...]:
-    """``group``'s rows in ``_GROUP_STEPS`` order; its idempotency records are not among
-    them (their bodies are bytes, which JSON cannot hold)."""
+def _tables_of(group: rows.Rows, keys: Sequence[KeyText]) -> tuple[Sequence[tuple[Any, ...]], ...]:
+    """``group``'s rows in ``_GROUP_STEPS`` order, with ``keys`` for its idempotency records
+    (see ``_keys_as_text``)."""
     return (
+        keys,
         group.event_ids,
         group.entries,
         group.restated_entries,
@@ -418,21 +425,36 @@ def _install_group_writer(conn: sqlite3.Connection) -> None:
     conn.execute(_GROUP_TRIGGER)
 
 
-def _in_one_statement(group: rows.Rows) -> bool:
+KeyText = tuple[str, str, str, int, str, float]
+
+
+def _keys_as_text(records: Sequence[tuple[Any, ...]]) -> list[KeyText] | None:
+    """Idempotency records with their bodies as text, for JSON (which holds no bytes); the
+    statement makes them bytes again (``CAST(... AS BLOB)``: the text's UTF-8 bytes, the
+    body's own). None when a body is not UTF-8 or holds a NUL (none the service makes: its
+    answers are JSON it encodes): such records are bound as bytes instead."""
+    try:
+        keys = [(s, k, f, code, body.decode(), at) for s, k, f, code, body, at in records]
+    except UnicodeDecodeError:
+        return None
+    return None if any("\x00" in key[4] for key in keys) else keys
+
+
+def _in_one_statement(group: rows.Rows, keys: Sequence[KeyText]) -> bool:
     """No table of ``group`` has more than JSON_ROWS_PER_STATEMENT rows (as a group of up to
     MAX_CHANGES_PER_COMMIT changes has): one ``_WRITE_GROUP`` takes it all, and stays far
     below SQLite's length limit."""
-    return all(len(t) <= JSON_ROWS_PER_STATEMENT for t in _tables_of(group))
+    return all(len(t) <= JSON_ROWS_PER_STATEMENT for t in _tables_of(group, keys))
 
 
-def _group_parameters(group: rows.Rows) -> Iterator[tuple[str, ...]]:
-    """``group``'s rows (but its idempotency records) as the parameters of ``_WRITE_GROUP``
-    statements, each made just before it is taken: one statement when ``_in_one_statement``,
-    else one per table and slice of its rows, table by table in the trigger's order (every
-    insert still runs before every upsert, and upserts before deletes), so a group's memory
-    is its rows and one slice's JSON, not a copy of all of them."""
-    tables = _tables_of(group)
-    if _in_one_statement(group):
+def _group_parameters(group: rows.Rows, keys: Sequence[KeyText]) -> Iterator[tuple[str, ...]]:
+    """``group``'s rows, with ``keys`` for its idempotency records, as the parameters of
+    ``_WRITE_GROUP`` statements, each made just before it is taken: one statement when
+    ``_in_one_statement``, else one per table and slice of its rows, table by table in the
+    trigger's order (every insert still runs before every upsert, and upserts before
+    deletes), so a group's memory is its rows and one slice's JSON, not a copy of them all."""
+    tables = _tables_of(group, keys)
+    if _in_one_statement(group, keys):
         yield tuple(_json_array(t) if t else _NO_ROWS for t in tables)
         return
     for index, table in enumerate(tables):
@@ -443,19 +465,23 @@ def _group_parameters(group: rows.Rows) -> Iterator[tuple[str, ...]]:
 
 def _write_groups(conn: sqlite3.Connection, groups: Sequence[rows.Rows]) -> None:
     """Write and commit ``groups`` (one after the other) in one transaction. The common
-    case, one group that fits one statement and holds no idempotency record, is that one
-    statement, outside a transaction: its own. Whatever fails, nothing of them is written."""
+    case, one group that fits one statement, is that one statement, outside a transaction:
+    its own. Whatever fails, nothing of them is written."""
     assert not conn.in_transaction, "the writer commits what it begins"
-    if len(groups) == 1 and not groups[0].idempotency and _in_one_statement(groups[0]):
-        [one] = _group_parameters(groups[0])
-        conn.execute(_WRITE_GROUP, one)
-        return
+    if len(groups) == 1:
+        keys = _keys_as_text(groups[0].idempotency)
+        if keys is not None and _in_one_statement(groups[0], keys):
+            [one] = _group_parameters(groups[0], keys)
+            conn.execute(_WRITE_GROUP, one)
+            return
     try:
         conn.execute("BEGIN IMMEDIATE")
         for group in groups:
-            if group.idempotency:  # a few rows at most (one per request with a key)
+            keys = _keys_as_text(group.idempotency)
+            if keys is None:  # a few rows at most (one per request with a key)
                 conn.executemany(_INSERT_IDEMPOTENCY, group.idempotency)
-            for parameters in _group_parameters(group):
+                keys = []
+            for parameters in _group_parameters(group, keys):
                 conn.execute(_WRITE_GROUP, parameters)
         conn.execute("COMMIT")
     except BaseException:
