@@ -172,7 +172,7 @@ def _bound_row_by_row(conn: sqlite3.Connection, group: rows.Rows) -> None:
 def _as_one_statement(conn: sqlite3.Connection, group: rows.Rows) -> None:
     # As _bound_row_by_row does (here in a transaction of its own: the end is the same).
     conn.executemany(sqlite._DELETE_ENTRY, sorted({(e[0], e[1]) for e in group.entries}))
-    sqlite._write_groups(conn, [group])
+    sqlite._write_groups(conn, [group], utf8=True)
 
 
 def _writer_connection(path: Path) -> sqlite3.Connection:
@@ -253,7 +253,7 @@ def test_a_group_is_one_statement_and_its_own_transaction(tmp_path: Path) -> Non
         sqlite._migrate(conn)
         sqlite._install_group_writer(conn)
         conn.calls.clear()
-        sqlite._write_groups(conn, [_group()])
+        sqlite._write_groups(conn, [_group()], utf8=True)
         assert conn.calls == [sqlite._WRITE_GROUP]
         assert not conn.in_transaction
         assert _count(conn, "entries") == _count(conn, "event_ids") == 1
@@ -265,7 +265,7 @@ def test_a_group_is_one_statement_and_its_own_transaction(tmp_path: Path) -> Non
         group.entries, group.event_ids = [], []
         group.idempotency = [("/batch", "k-2", "f", 200, b"\xff\x00", 0.5)]
         conn.calls.clear()
-        sqlite._write_groups(conn, [group])
+        sqlite._write_groups(conn, [group], utf8=True)
         assert conn.calls == [
             "BEGIN IMMEDIATE",
             sqlite._INSERT_IDEMPOTENCY,
@@ -301,18 +301,42 @@ def _count(conn: sqlite3.Connection, table: str) -> int:
     return count
 
 
+@pytest.mark.parametrize("utf8", [True, False])
+def test_large_bodies_and_a_database_not_in_utf8_bind_the_bodies_as_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, utf8: bool
+) -> None:
+    """Escaping large bodies into JSON costs more than binding them; and ``CAST(... AS
+    BLOB)`` gives the text in the database's encoding, so only UTF-8 text goes as text."""
+    monkeypatch.setattr(sqlite, "KEY_TEXT_MAX_BYTES", 8)
+    conn = sqlite3.connect(tmp_path / "keys.sqlite3", isolation_level=None, factory=_Counted)
+    try:
+        sqlite._migrate(conn)
+        sqlite._install_group_writer(conn)
+        for key, body in (("small", b"{}"), ("large", b'{"a":"123456789"}')):
+            group = _account_group(0)
+            group.idempotency = [("/batch", key, "f", 200, body, 0.5)]
+            conn.calls.clear()
+            sqlite._write_groups(conn, [group], utf8=utf8)
+            as_text = utf8 and key == "small"
+            assert (sqlite._INSERT_IDEMPOTENCY in conn.calls) is not as_text
+            stored = conn.execute("SELECT body FROM idempotency WHERE key = ?", (key,))
+            assert stored.fetchall() == [(body,)]
+    finally:
+        conn.close()
+
+
 def test_a_group_that_fails_leaves_nothing_of_it_written(tmp_path: Path) -> None:
     """A new entry already there fails the entries' step, after the event ids' step ran:
     neither is left, nor a transaction open; the next group goes in."""
     conn = _writer_connection(tmp_path / "fail.sqlite3")
     try:
-        sqlite._write_groups(conn, [_group()])
+        sqlite._write_groups(conn, [_group()], utf8=True)
         again = _group()
         again.idempotency = [("/batch", "k-2", "f", 200, b"{}", 0.5)]
         again.event_ids = [("a", "e-2", "f", 2, None, 0.5)]
         again.accounts["a"] = AccountRow("a", 1, 0, 3, 3)
         with pytest.raises(sqlite3.IntegrityError):
-            sqlite._write_groups(conn, [again])
+            sqlite._write_groups(conn, [again], utf8=True)
         assert not conn.in_transaction
         assert conn.execute("SELECT event_id FROM event_ids").fetchall() == [("e-1",)]
         assert conn.execute("SELECT key FROM idempotency").fetchall() == [("k-1",)]
@@ -322,12 +346,12 @@ def test_a_group_that_fails_leaves_nothing_of_it_written(tmp_path: Path) -> None
         with_key.idempotency = [("/batch", "k", "f", 200, b"\xff", 0.5)]  # bound as bytes
         with_key.entries.append(with_key.entries[0])  # the same key twice: fails
         with pytest.raises(sqlite3.IntegrityError):
-            sqlite._write_groups(conn, [with_key])  # the path with a transaction
+            sqlite._write_groups(conn, [with_key], utf8=True)  # the path with a transaction
         assert not conn.in_transaction
         assert _count(conn, "idempotency") == 1
         assert _count(conn, "entries") == 1
         with_key.entries.pop()
-        sqlite._write_groups(conn, [with_key])
+        sqlite._write_groups(conn, [with_key], utf8=True)
         assert _count(conn, "idempotency") == 2
         assert _count(conn, "entries") == 2
     finally:
@@ -380,7 +404,7 @@ def test_a_group_cut_into_statements_makes_each_ones_json_as_it_runs(
         group = rows.Rows(live_grant_upserts=[("a", i, 9, 5, None, 0) for i in range(1, 6)])
         group.accounts["a"] = AccountRow("a", 0, 0, 8, 1)
         conn.calls = log  # statements and encodings in one log, in the order they happen
-        sqlite._write_groups(conn, [group])
+        sqlite._write_groups(conn, [group], utf8=True)
         assert log == [
             "BEGIN IMMEDIATE",
             *["json", sqlite._WRITE_GROUP] * 4,  # live grants 2 + 2 + 1, then the account
@@ -486,7 +510,7 @@ def test_a_group_writes_what_its_submissions_write_one_after_the_other(
         try:
             for part in submissions:
                 _bound_row_by_row(connections[0], part)
-            sqlite._write_groups(connections[1], sqlite._merged(queued))
+            sqlite._write_groups(connections[1], sqlite._merged(queued), utf8=True)
             assert _tables(connections[1]) == _tables(connections[0])
         finally:
             for conn in connections:
@@ -546,7 +570,7 @@ def test_a_disk_full_in_the_middle_of_a_group_leaves_nothing_of_it(
     group stays, no transaction is left open, and once there is room the group goes in."""
     conn = _writer_connection(tmp_path / "full.sqlite3")
     try:
-        sqlite._write_groups(conn, [_account_group(0)])
+        sqlite._write_groups(conn, [_account_group(0)], utf8=True)
         (pages,) = conn.execute("PRAGMA page_count").fetchone()
         conn.execute(f"PRAGMA max_page_count = {pages + 3}")
         big = _account_group(7)
@@ -556,13 +580,13 @@ def test_a_disk_full_in_the_middle_of_a_group_leaves_nothing_of_it(
         ]
         big.idempotency = [("a", "k", "f", 200, body, 0.5)]
         with pytest.raises(sqlite3.OperationalError, match="full"):
-            sqlite._write_groups(conn, [big])
+            sqlite._write_groups(conn, [big], utf8=True)
         assert not conn.in_transaction
         assert _count(conn, "event_ids") == _count(conn, "entries") == 0
         assert _count(conn, "idempotency") == 0
         assert conn.execute("SELECT clock FROM accounts").fetchall() == [(0,)]
         conn.execute("PRAGMA max_page_count = 1000000")
-        sqlite._write_groups(conn, [big])
+        sqlite._write_groups(conn, [big], utf8=True)
         assert _count(conn, "entries") == 2999
     finally:
         conn.close()
@@ -575,11 +599,11 @@ def test_or_replace_inside_the_trigger_replaces_rows_of_an_earlier_group(tmp_pat
         first = _account_group(0)
         first.event_ids = [("a", "e", "f1", 1, 1, 0.5)]
         first.checkpoints = [("a", 5, 1, '{"x":1}')]
-        sqlite._write_groups(conn, [first])
+        sqlite._write_groups(conn, [first], utf8=True)
         second = _account_group(1)
         second.event_ids = [("a", "e", "f2", 2, None, 1.5)]
         second.checkpoints = [("a", 5, 1, '{"x":2}')]
-        sqlite._write_groups(conn, [second])
+        sqlite._write_groups(conn, [second], utf8=True)
         assert conn.execute("SELECT * FROM event_ids").fetchall() == [
             ("a", "e", "f2", 2, None, 1.5)
         ]
@@ -597,10 +621,10 @@ def test_the_one_statement_waits_for_another_writer_and_not_for_readers(tmp_path
     reader = sqlite._connect(path)
     other = sqlite._connect(path)
     try:
-        sqlite._write_groups(conn, [_account_group(0)])
+        sqlite._write_groups(conn, [_account_group(0)], utf8=True)
         reader.execute("BEGIN")
         assert reader.execute("SELECT clock FROM accounts").fetchall() == [(0,)]
-        sqlite._write_groups(conn, [_account_group(1)])
+        sqlite._write_groups(conn, [_account_group(1)], utf8=True)
         assert reader.execute("SELECT clock FROM accounts").fetchall() == [(0,)]
         reader.execute("COMMIT")
 
@@ -611,7 +635,7 @@ def test_the_one_statement_waits_for_another_writer_and_not_for_readers(tmp_path
 
         def write() -> None:
             waiting.set()
-            sqlite._write_groups(conn, [_account_group(2)])
+            sqlite._write_groups(conn, [_account_group(2)], utf8=True)
             done.set()
 
         thread = threading.Thread(target=write)
