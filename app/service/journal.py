@@ -490,19 +490,27 @@ def _write(
     checkpoint now and then."""
     first_new = account.timeline.next_sequence
     outcome = account.timeline.write(write, live_room=live_room)
-    new: list[Entry] = []
-    restated: list[Entry] = []
-    for line in outcome.upserted:
-        (new if line.sequence >= first_new else restated).append(entry_of(line))
-    if len(new) > 1:
-        new.sort(key=_sequence_of)
+    upserted = outcome.upserted
+    new: Sequence[Entry]
+    restated: Sequence[Entry] = ()
+    if len(upserted) == 1 and upserted[0].sequence >= first_new:
+        new = (entry_of(upserted[0]),)  # the common write: in order, nothing expired
+    else:
+        appended: list[Entry] = []
+        earlier: list[Entry] = []
+        for line in upserted:
+            (appended if line.sequence >= first_new else earlier).append(entry_of(line))
+        appended.sort(key=_sequence_of)
+        new = appended
+        if earlier:
+            restated = earlier
     change = Change(
         account=_account_row(account),
-        upserted_live_grants=list(outcome.live_upserted),
-        removed_grant_ids=list(outcome.live_removed),
+        upserted_live_grants=outcome.live_upserted,
+        removed_grant_ids=outcome.live_removed,
         entries=new,
         restated=restated,
-        removed_sequences=list(outcome.removed),
+        removed_sequences=outcome.removed,
         checkpoint=_checkpoint(outcome.checkpoints),
     )
     return outcome, change

@@ -201,16 +201,19 @@ class Checkpoint:
 @dataclass(slots=True)
 class Change:
     account: AccountRow
-    upserted_live_grants: list[LiveGrant] = field(default_factory=list)
-    removed_grant_ids: list[int] = field(default_factory=list)
+    # Sequences, not lists: a change is made per operation and lives until its commit, and
+    # a batch's are many (each list is one more object for the cyclic collector to scan while
+    # the batches are in flight; an empty tuple is none).
+    upserted_live_grants: Sequence[LiveGrant] = ()
+    removed_grant_ids: Sequence[int] = ()
     # The entries it appended: sequences contiguous, ending just before next_sequence.
-    entries: list[Entry] = field(default_factory=list)
+    entries: Sequence[Entry] = ()
     idempotency: IdempotencyRecord | None = None
     # Entries written before that a late write restated (same sequence, new effect, balance
     # after or revision; SPEC section 6), and those it undid (an expiration that no longer
     # happens), by sequence.
-    restated: list[Entry] = field(default_factory=list)
-    removed_sequences: list[int] = field(default_factory=list)
+    restated: Sequence[Entry] = ()
+    removed_sequences: Sequence[int] = ()
     checkpoint: Checkpoint | None = None
     # The usage-stream line that made this change, when one did (its id is then taken).
     event: EventRecord | None = None
