@@ -44,7 +44,6 @@ from app.service.errors import ClassAsOfUnsupported, GrantAlreadyVoided, GrantNo
 from app.service.limits import Limits
 from app.service.results import (
     AccountSettings,
-    AllocationView,
     BalanceView,
     ConsumptionReceipt,
     ForecastView,
@@ -279,10 +278,7 @@ def consume(
         debt=outcome.debt,
         consumed=line.consumed,
         debt_added=line.debt_added,
-        allocation=[
-            AllocationView(a.grant_id, a.expiry, a.amount, _listed(a.resources))
-            for a in line.allocation
-        ],
+        allocation=line.allocation,
         resource=resource,
         watermark=outcome.watermark,
         restated=outcome.restated,

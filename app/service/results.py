@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.domain import Allocation
 from app.service.commands import Operation
 from app.storage.base import Entry
 
@@ -37,16 +38,6 @@ class GrantReceipt:
 
 
 @dataclass(slots=True)
-class AllocationView:
-    """How much a consumption took from one grant, as the API shows it."""
-
-    grant_id: int
-    expiry: int
-    amount: int
-    resources: list[str] | None = None  # the grant's classes
-
-
-@dataclass(slots=True)
 class ConsumptionReceipt:
     account_id: str
     sequence: int
@@ -57,7 +48,9 @@ class ConsumptionReceipt:
     debt: int
     consumed: int
     debt_added: int
-    allocation: list[AllocationView]  # in the order drawn
+    # In the order drawn: the tracker's own records (grant id, expiry, amount, the grant's
+    # classes), shown as they are; no copy per operation.
+    allocation: tuple[Allocation, ...]
     resource: str | None = None  # the class it ran on
     watermark: int = 0
     restated: int = 0
