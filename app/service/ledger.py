@@ -387,8 +387,10 @@ class Ledger:
         results: list[Result | Exception] = []
         changes: list[Change] = []
         # Each account's entries made by this batch so far, in time order: an as-of read
-        # inside the batch may fall among them.
+        # inside the batch may fall among them, and a void may name a grant made in it. Kept
+        # only when the batch holds one of those (else a list per account for nothing).
         batch_entries: dict[str, list[Entry]] = {}
+        keep_entries = any(isinstance(op, BalanceOp | VoidOp) for op in operations)
         # Each account's watermark before the batch, and the accounts it wrote late to (their
         # entries above are then not in time order).
         watermarks = {a: s.timeline.watermark for a, s in accounts.items()}
@@ -441,7 +443,8 @@ class Ledger:
                     results.append(view)
                     continue
                 changes.append(change)
-                batch_entries.setdefault(account_id, []).extend(change.entries)
+                if keep_entries:
+                    batch_entries.setdefault(account_id, []).extend(change.entries)
                 if op.timestamp < clock_before:
                     late.add(account_id)  # accepted behind the clock: entries out of order
                 results.append(receipt)
