@@ -17,13 +17,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -182,6 +183,19 @@ def _writer_connection(path: Path) -> sqlite3.Connection:
     return conn
 
 
+@contextlib.contextmanager
+def _reference_and_written(tmp_path: Path) -> Iterator[tuple[sqlite3.Connection, ...]]:
+    """Two fresh databases: one for rows bound one by one (the reference), one for the
+    writer's statements. A directory per hypothesis example: tmp_path is the test's."""
+    directory = Path(tempfile.mkdtemp(dir=tmp_path))
+    connections = tuple(_writer_connection(directory / f"{n}.sqlite3") for n in ("ref", "new"))
+    try:
+        yield connections
+    finally:
+        for conn in connections:
+            conn.close()
+
+
 def _tables(conn: sqlite3.Connection) -> dict[str, list[tuple[object, ...]]]:
     """Every row of the tables a group writes, each value with its SQLite type."""
     found: dict[str, list[tuple[object, ...]]] = {}
@@ -204,19 +218,12 @@ def test_one_statement_per_group_stores_what_binding_each_row_stores(
 ) -> None:
     # A table's rows over several statements (1 or 2 rows each) as well as in one.
     monkeypatch.setattr(sqlite, "JSON_ROWS_PER_STATEMENT", rows_per_statement)
-    # A directory per example: tmp_path is the test's, shared by every example.
-    directory = Path(tempfile.mkdtemp(dir=tmp_path))
-    paths = [directory / f"{name}.sqlite3" for name in ("rows", "arrays")]
-    connections = [_writer_connection(path) for path in paths]
-    try:
+    with _reference_and_written(tmp_path) as (reference, written):
         for group in groups:
-            _bound_row_by_row(connections[0], group)
-            _as_one_statement(connections[1], group)
-            assert not connections[1].in_transaction
-        assert _tables(connections[1]) == _tables(connections[0])
-    finally:
-        for conn in connections:
-            conn.close()
+            _bound_row_by_row(reference, group)
+            _as_one_statement(written, group)
+            assert not written.in_transaction
+        assert _tables(written) == _tables(reference)
 
 
 def _group() -> rows.Rows:
@@ -371,7 +378,8 @@ def test_a_table_of_many_rows_is_cut_into_statements_of_bounded_size(
     columns = [column for column, _ in sqlite._GROUP_STEPS]
     cut = [
         [(columns[i], len(json.loads(text))) for i, text in enumerate(p) if text != "[]"]
-        for p in sqlite._group_parameters(group, [])  # made one by one, as the writer takes them
+        # Made one by one, as the writer takes them.
+        for p in sqlite._group_parameters(sqlite._tables_of(group, []))
     ]
     assert cut == [
         [("live_grant_upserts", 3)],
@@ -426,7 +434,7 @@ def test_a_nul_character_in_a_row_is_refused_not_cut() -> None:
     bad = rows.Rows(event_ids=[("a", "id\x00x", "f", 1, None, 0.0)])
     bad.accounts["a"] = AccountRow("a", 0, 0, 2, 2)
     with pytest.raises(ValueError, match="NUL"):
-        list(sqlite._group_parameters(bad, []))
+        list(sqlite._group_parameters(sqlite._tables_of(bad, [])))
 
 
 async def test_the_writer_starts_on_a_submission_while_the_loop_is_still_busy(
@@ -504,17 +512,11 @@ def test_a_group_writes_what_its_submissions_write_one_after_the_other(
     loop = asyncio.new_event_loop()
     try:
         queued = [sqlite._Submission(r, 1, loop.create_future()) for r in submissions]
-        directory = Path(tempfile.mkdtemp(dir=tmp_path))  # one per example, as above
-        paths = [directory / f"{name}.sqlite3" for name in ("each", "merged")]
-        connections = [_writer_connection(path) for path in paths]
-        try:
+        with _reference_and_written(tmp_path) as (reference, written):
             for part in submissions:
-                _bound_row_by_row(connections[0], part)
-            sqlite._write_groups(connections[1], sqlite._merged(queued), utf8=True)
-            assert _tables(connections[1]) == _tables(connections[0])
-        finally:
-            for conn in connections:
-                conn.close()
+                _bound_row_by_row(reference, part)
+            sqlite._write_groups(written, sqlite._merged(queued), utf8=True)
+            assert _tables(written) == _tables(reference)
     finally:
         loop.close()
 

@@ -355,8 +355,6 @@ _DELETE_LIVE_GRANTS = (
     "DELETE FROM live_grants WHERE (account_id, grant_id) IN "
     "(SELECT CAST(value->>0 AS TEXT), CAST(value->>1 AS INTEGER) FROM json_each(?))"
 )
-
-
 _DELETE_ENTRIES = (
     "DELETE FROM entries WHERE (account_id, sequence) IN "
     "(SELECT CAST(value->>0 AS TEXT), CAST(value->>1 AS INTEGER) FROM json_each(?))"
@@ -381,9 +379,15 @@ _GROUP_STEPS: Final = (
 )
 
 
-def _tables_of(group: rows.Rows, keys: Sequence[KeyText]) -> tuple[Sequence[tuple[Any, ...]], ...]:
+# An idempotency record with its body as text (see ``_keys_as_text``).
+KeyText = tuple[str, str, str, int, str, float]
+# A group's rows, table by table in ``_GROUP_STEPS`` order.
+Tables = tuple[Sequence[tuple[Any, ...]], ...]
+
+
+def _tables_of(group: rows.Rows, keys: Sequence[KeyText]) -> Tables:
     """``group``'s rows in ``_GROUP_STEPS`` order, with ``keys`` for its idempotency records
-    (see ``_keys_as_text``)."""
+    (see ``_keys_as_text``; empty when they are bound as bytes instead)."""
     return (
         keys,
         group.event_ids,
@@ -431,9 +435,6 @@ def _install_group_writer(conn: sqlite3.Connection) -> bool:
     return bool(encoding == "UTF-8")
 
 
-KeyText = tuple[str, str, str, int, str, float]
-
-
 def _keys_as_text(records: Sequence[tuple[Any, ...]], utf8: bool) -> list[KeyText] | None:
     """Idempotency records with their bodies as text, for JSON (which holds no bytes); the
     statement makes them bytes again (``CAST(... AS BLOB)``: the text in the database's
@@ -453,21 +454,20 @@ def _keys_as_text(records: Sequence[tuple[Any, ...]], utf8: bool) -> list[KeyTex
     return None if any("\x00" in key[4] for key in keys) else keys
 
 
-def _in_one_statement(group: rows.Rows, keys: Sequence[KeyText]) -> bool:
-    """No table of ``group`` has more than JSON_ROWS_PER_STATEMENT rows (as a group of up to
-    MAX_CHANGES_PER_COMMIT changes has): one ``_WRITE_GROUP`` takes it all, and stays far
+def _in_one_statement(tables: Tables) -> bool:
+    """No table has more than JSON_ROWS_PER_STATEMENT rows (as a group of up to
+    MAX_CHANGES_PER_COMMIT changes has): one ``_WRITE_GROUP`` takes them all, and stays far
     below SQLite's length limit."""
-    return all(len(t) <= JSON_ROWS_PER_STATEMENT for t in _tables_of(group, keys))
+    return all(len(t) <= JSON_ROWS_PER_STATEMENT for t in tables)
 
 
-def _group_parameters(group: rows.Rows, keys: Sequence[KeyText]) -> Iterator[tuple[str, ...]]:
-    """``group``'s rows, with ``keys`` for its idempotency records, as the parameters of
-    ``_WRITE_GROUP`` statements, each made just before it is taken: one statement when
-    ``_in_one_statement``, else one per table and slice of its rows, table by table in the
-    trigger's order (every insert still runs before every upsert, and upserts before
-    deletes), so a group's memory is its rows and one slice's JSON, not a copy of them all."""
-    tables = _tables_of(group, keys)
-    if _in_one_statement(group, keys):
+def _group_parameters(tables: Tables) -> Iterator[tuple[str, ...]]:
+    """A group's rows (``_tables_of``) as the parameters of ``_WRITE_GROUP`` statements,
+    each made just before it is taken: one statement when ``_in_one_statement``, else one
+    per table and slice of its rows, table by table in the trigger's order (every insert
+    still runs before every upsert, and upserts before deletes), so a group's memory is its
+    rows and one slice's JSON, not a copy of them all."""
+    if _in_one_statement(tables):
         yield tuple(_json_array(t) if t else _NO_ROWS for t in tables)
         return
     for index, table in enumerate(tables):
@@ -482,20 +482,23 @@ def _write_groups(conn: sqlite3.Connection, groups: Sequence[rows.Rows], *, utf8
     its own. Whatever fails, nothing of them is written. ``utf8``: the database's encoding is
     UTF-8 (see ``_keys_as_text``)."""
     assert not conn.in_transaction, "the writer commits what it begins"
-    if len(groups) == 1:
-        keys = _keys_as_text(groups[0].idempotency, utf8)
-        if keys is not None and _in_one_statement(groups[0], keys):
-            [one] = _group_parameters(groups[0], keys)
+    # Each group's rows by table, once (the accounts' values are made here).
+    made: list[tuple[rows.Rows, bool, Tables]] = []
+    for group in groups:
+        keys = _keys_as_text(group.idempotency, utf8)
+        made.append((group, keys is not None, _tables_of(group, keys or ())))
+    if len(made) == 1:
+        _, keys_in_json, tables = made[0]
+        if keys_in_json and _in_one_statement(tables):
+            [one] = _group_parameters(tables)
             conn.execute(_WRITE_GROUP, one)
             return
     try:
         conn.execute("BEGIN IMMEDIATE")
-        for group in groups:
-            keys = _keys_as_text(group.idempotency, utf8)
-            if keys is None:  # a few rows at most (one per request with a key)
+        for group, keys_in_json, tables in made:
+            if not keys_in_json:  # bound as bytes (see _keys_as_text)
                 conn.executemany(_INSERT_IDEMPOTENCY, group.idempotency)
-                keys = []
-            for parameters in _group_parameters(group, keys):
+            for parameters in _group_parameters(tables):
                 conn.execute(_WRITE_GROUP, parameters)
         conn.execute("COMMIT")
     except BaseException:
