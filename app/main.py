@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Final
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp
@@ -23,6 +22,7 @@ from app.api.limits import RequestLimits
 from app.api.openapi import build_openapi
 from app.api.requests import RequestObserver
 from app.api.routes import BATCH_PATH, About, router
+from app.collector import COLLECTOR
 from app.keys import tenant_quotas
 from app.logs import write_through
 from app.metrics import Metrics
@@ -102,7 +102,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ledger = build_ledger(settings, observer)
         await ledger.start()
-        _tune_gc()
+        COLLECTOR.tune()
         app.state.ledger = ledger
         app.state.about = About(
             package_version(), settings.storage, await _schema_version(ledger, settings)
@@ -214,36 +214,6 @@ async def _schema_version(ledger: Ledger, settings: Settings) -> int | None:
     except Exception as exc:
         log.warning("schema version of the %s storage unknown: %s", settings.storage, exc)
         return None
-
-
-# The cyclic collector's thresholds (see _tune_gc): objects allocated (net) between
-# collections of the young generation; young collections between collections of the middle
-# one; middle ones between full ones. The middle generation is collected about as often as
-# with (50,000, 50): every 2.5 million objects.
-GC_THRESHOLDS: Final = (100_000, 25, 100)
-
-
-def _tune_gc() -> None:
-    """The ledger keeps many small long-lived objects (trackers, live grants) and every request
-    makes short-lived ones. With CPython's default thresholds the cyclic collector runs
-    every 700 allocations and rescans the long-lived ones: a third of a batch's time in the
-    profile. Freeze what startup loaded and collect the young generation less often; the
-    service creates no reference cycles on its hot path, so little is left for the
-    collector to find.
-
-    Why 100,000: a young collection scans every object allocated since the last one that is
-    still alive, and under load that is every batch in flight (32 clients posting 1,000-op
-    batches: about 400,000 objects, 70 ms a collection on average), however low the
-    threshold; the threshold only sets how often. In process, SQLite, 32 clients: 50,000
-    spent 5.8 to 6.9 us per operation collecting (25 collections in 300,000 operations),
-    100,000 spent 2.6 (10), 200,000 1.4 to 1.6 (4). But what a collection finds alive also
-    includes what memory storage keeps (every entry): after 20 s of saturation, single
-    operations at half that rate had a p99 of 5 to 15 ms at 50,000, 4 to 7 at 100,000 and 32
-    to 35 at 200,000 (the README's target is 25). Cyclic garbage may wait for up to 100,000
-    allocations before it is freed."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def _configure_tenants(ledger: Ledger, authenticator: Authenticator, settings: Settings) -> None:

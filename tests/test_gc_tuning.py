@@ -1,23 +1,38 @@
-"""The service tunes CPython's cyclic collector once its ledger is up (``app.main._tune_gc``):
-what startup loaded is frozen, and the young generation is collected every 100,000
-allocations, not 700 (the README's batch figures depend on it)."""
+"""The service tunes CPython's cyclic collector once its ledger is up (``app.collector``):
+what startup loaded is frozen, the young generation is collected every 100,000 allocations,
+not 700, and that threshold grows with the operations of the batches and stream chunks in
+flight, so young collections do not rescan them (the README's batch figures depend on it)."""
 
 from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
-from app.main import GC_THRESHOLDS, create_app
+from app.collector import (
+    COLLECTOR,
+    GC_THRESHOLDS,
+    MAX_YOUNG_THRESHOLD,
+    OBJECTS_PER_OPERATION,
+)
+from app.main import create_app
+from app.service.ledger import Ledger
 from app.settings import Settings
+
+BASE = GC_THRESHOLDS[0]
 
 
 @pytest.fixture
 def collector_restored() -> Iterator[None]:
     thresholds = gc.get_threshold()
+    tuned = COLLECTOR.tuned
     yield
+    assert COLLECTOR.operations_in_flight == 0, "every batch in flight was counted out"
+    COLLECTOR.tuned = tuned
     gc.set_threshold(*thresholds)
     gc.unfreeze()
 
@@ -33,3 +48,84 @@ async def test_startup_freezes_what_it_loaded_and_collects_less_often(tmp_path: 
     # The young generation's span times the middle one's stays as with (50,000, 50).
     young, middle, _ = GC_THRESHOLDS
     assert 2_000_000 <= young * middle <= 3_000_000
+
+
+@pytest.mark.usefixtures("collector_restored")
+def test_the_young_threshold_grows_with_the_operations_in_flight_and_comes_back() -> None:
+    COLLECTOR.tune()
+    assert gc.get_threshold() == GC_THRESHOLDS
+    with COLLECTOR.batch_in_flight(1_000):
+        assert gc.get_threshold()[0] == BASE + 1_000 * OBJECTS_PER_OPERATION
+        with COLLECTOR.batch_in_flight(10_000):  # another batch, at the same time
+            assert gc.get_threshold()[0] == BASE + 11_000 * OBJECTS_PER_OPERATION
+            assert gc.get_threshold()[1:] == GC_THRESHOLDS[1:]
+        assert gc.get_threshold()[0] == BASE + 1_000 * OBJECTS_PER_OPERATION
+    assert gc.get_threshold() == GC_THRESHOLDS
+
+
+@pytest.mark.usefixtures("collector_restored")
+def test_a_batch_that_fails_is_counted_out_and_the_growth_is_bounded() -> None:
+    COLLECTOR.tune()
+    with pytest.raises(RuntimeError), COLLECTOR.batch_in_flight(500):
+        raise RuntimeError("the batch failed")
+    assert COLLECTOR.operations_in_flight == 0
+    assert gc.get_threshold() == GC_THRESHOLDS
+    with COLLECTOR.batch_in_flight(10**9):  # far past what the request limits let in
+        assert gc.get_threshold()[0] == MAX_YOUNG_THRESHOLD
+    assert gc.get_threshold() == GC_THRESHOLDS
+
+
+@pytest.mark.usefixtures("collector_restored")
+def test_an_untuned_process_keeps_its_thresholds() -> None:
+    """Code that embeds the ledger without the app's lifespan keeps CPython's settings."""
+    COLLECTOR.tuned = False
+    gc.set_threshold(700, 10, 10)
+    with COLLECTOR.batch_in_flight(1_000):
+        assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+@pytest.mark.usefixtures("collector_restored")
+async def test_a_batch_and_a_stream_chunk_raise_it_while_they_are_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the API, on SQLite: the threshold seen while the ledger applies a batch of
+    three operations (and a stream's chunk of two lines), and the base once they are
+    answered; a batch refused as a whole (atomic) is counted out too."""
+    app = create_app(Settings(storage="sqlite", data_dir=tmp_path))
+    seen: list[int] = []
+    real_batch, real_events = Ledger.batch, Ledger.events
+
+    async def batch(self: Ledger, *args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.get_threshold()[0])
+        return await real_batch(self, *args, **kwargs)
+
+    async def events(self: Ledger, *args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.get_threshold()[0])
+        return await real_events(self, *args, **kwargs)
+
+    monkeypatch.setattr(Ledger, "batch", batch)
+    monkeypatch.setattr(Ledger, "events", events)
+    grant = {"op": "grant", "account_id": "a", "amount": 5, "timestamp": 1, "expiry": 9}
+    consume = {"op": "consume", "account_id": "a", "amount": 9, "timestamp": 2}
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as client,
+    ):
+        r = await client.post("/v1/batch", json={"operations": [grant, consume, consume]})
+        assert r.status_code == 200, r.text
+        assert gc.get_threshold() == GC_THRESHOLDS
+        late = {**grant, "timestamp": 0, "expiry": 5}  # before the clock: refused
+        r = await client.post("/v1/batch", json={"atomic": True, "operations": [late]})
+        assert r.status_code == 409, r.text
+        assert gc.get_threshold() == GC_THRESHOLDS
+        lines = [{**grant, "id": "e1", "timestamp": 3}, {**consume, "id": "e2", "timestamp": 3}]
+        body = "".join(httpx.Response(200, json=line).text + "\n" for line in lines)
+        r = await client.post(
+            "/v1/events", content=body, headers={"content-type": "application/x-ndjson"}
+        )
+        assert r.status_code == 200, r.text
+        assert len(r.text.splitlines()) == 2
+        assert gc.get_threshold() == GC_THRESHOLDS
+    per_op = OBJECTS_PER_OPERATION
+    assert seen == [BASE + 3 * per_op, BASE + 1 * per_op, BASE + 2 * per_op]

@@ -62,6 +62,7 @@ from app.api.schemas import (
     VoidEvent,
 )
 from app.api.strict_json import loads_strict
+from app.collector import COLLECTOR
 from app.keys import KeyRecord
 from app.keys import Scope as KeyScope
 from app.service.commands import ConsumeOp, EventOp, GrantOp, VoidOp
@@ -379,8 +380,10 @@ class EventStream(Response):
                     )
                     sent.add(_error_line(head.number, None, 503, _problem(RESULTS_UNREAD, detail)))
                     return
-                flight = await self._start(self._take_chunk())
-                stop = await self._finish(flight, sent)
+                chunk = self._take_chunk()
+                with COLLECTOR.batch_in_flight(len(chunk)):
+                    flight = await self._start(chunk)
+                    stop = await self._finish(flight, sent)
                 if stop is not None:
                     sent.add(stop)
                     return

@@ -81,12 +81,13 @@ from app.api.schemas import (
     VoidRequest,
     VoidResponse,
 )
+from app.collector import COLLECTOR
 from app.domain import MAX_CLASS_NAME_LENGTH, MAX_VALUE
 from app.keys import Scope
 from app.metrics import Metrics
 from app.service.commands import BalanceOp, ConsumeOp, GrantOp, Operation, VoidOp
 from app.service.errors import ServiceUnavailable
-from app.service.idempotency import batch_scope
+from app.service.idempotency import Idempotency, batch_scope
 from app.service.journal import Label
 from app.service.ledger import Ledger, Replay
 
@@ -728,7 +729,14 @@ async def apply_batch(
     operations = [_to_operation(op) for op in body.operations]
     scope = batch_scope(api_key.key_id if api_key is not None else None)
     idem = idempotency_of(request, "batch", "", body, scope)
-    result = await _ledger(request).batch(operations, body.atomic, idem)
+    with COLLECTOR.batch_in_flight(len(operations)):
+        return await _answer_batch(request, operations, body.atomic, idem)
+
+
+async def _answer_batch(
+    request: Request, operations: list[Operation], atomic: bool, idem: Idempotency | None
+) -> Response:
+    result = await _ledger(request).batch(operations, atomic, idem)
     if isinstance(result, Replay):
         return replayed(result)
     if result.failed_index is not None:

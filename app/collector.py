@@ -1,0 +1,73 @@
+"""CPython's cyclic collector, tuned for a ledger (process-wide: the collector is).
+
+A young collection scans every tracked object allocated since the last one that is still
+alive. Under batch load that is every batch in flight: 32 clients posting 1,000-op batches
+keep about 400,000 objects alive (a dozen per operation: the request's model, the service's
+operation, the change, its entry and row, the receipt), all of which die as the answers go
+out. With a fixed threshold the collector rescans them again and again and finds nothing:
+5 us per operation at 32 clients, 2.4 at two clients posting 10,000-op batches. So the
+threshold grows with the operations in flight (``batch_in_flight``) and comes back when they
+are answered: a collection happens when the garbage that could hold a cycle passes the base
+threshold, not when the batches' live objects do.
+
+Why not a larger fixed threshold instead: what a young collection finds alive also includes
+what memory storage keeps; at 200,000, single operations at a fixed rate had a p99 of 32-35
+ms (the README's target is 25). Single operations keep the base.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Final
+
+# Objects allocated (net) between collections of the young generation; young collections
+# between collections of the middle one; middle ones between full ones. The middle
+# generation is collected about as often as with (50,000, 50): every 2.5 million objects.
+GC_THRESHOLDS: Final = (100_000, 25, 100)
+# Tracked objects an operation keeps alive while its batch is in flight (counted with
+# gc.get_objects(0) under load: 12.2 for grants and consumptions), with room to spare.
+OBJECTS_PER_OPERATION: Final = 16
+# The most the young threshold grows: 64 batches of 10,000 operations, 10 million objects
+# (about 1 GiB: the request limits bound the bodies in flight well before that).
+MAX_YOUNG_THRESHOLD: Final = GC_THRESHOLDS[0] + 10_000_000
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.tuned = False
+        self.operations_in_flight = 0
+
+    def tune(self) -> None:
+        """Freeze what startup loaded and collect the young generation less often than
+        CPython's default (every 700 allocations rescans the long-lived trackers: a third of a
+        batch's time in an early profile); the service creates no reference cycles on its hot
+        path, so little is left for the collector to find."""
+        gc.collect()
+        gc.freeze()
+        self.tuned = True
+        self._set()
+
+    def _set(self) -> None:
+        young, middle, old = GC_THRESHOLDS
+        extra = OBJECTS_PER_OPERATION * self.operations_in_flight
+        gc.set_threshold(min(young + extra, MAX_YOUNG_THRESHOLD), middle, old)
+
+    @contextmanager
+    def batch_in_flight(self, operations: int) -> Iterator[None]:
+        """While a batch of ``operations`` is being applied, committed and answered."""
+        assert operations >= 0
+        self.operations_in_flight += operations
+        if self.tuned:
+            self._set()
+        try:
+            yield
+        finally:
+            self.operations_in_flight -= operations
+            assert self.operations_in_flight >= 0
+            if self.tuned:
+                self._set()
+
+
+COLLECTOR: Final = _Collector()
