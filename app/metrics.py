@@ -210,32 +210,43 @@ class Metrics(Observer):
             assert isinstance(error, Exception)
             counts[_KIND_OF_OP[type(operations[outcome.failed_index])], outcome_of(error)] += 1
             return
-        credits = self.credits
+        # Summed here and added once: this runs for every operation of every batch.
+        ok = dict.fromkeys(KINDS, 0)
+        granted = settled = consumed = incurred = voided = expired = late = restated = 0
         written = iter(changes)
         for op, result in zip(operations, results, strict=True):
             kind = _KIND_OF_OP[type(op)]
             if isinstance(result, Exception):
                 counts[kind, outcome_of(result)] += 1
                 continue
-            counts[kind, "ok"] += 1
+            ok[kind] += 1
             if kind == "balance":
                 continue
             change = next(written)
-            if isinstance(result, GrantReceipt):
-                credits["granted"] += result.amount
-                credits["debt_settled"] += result.settled_debt
-            elif isinstance(result, ConsumptionReceipt):
-                credits["consumed"] += result.consumed
-                credits["debt_incurred"] += result.debt_added
-            elif isinstance(result, VoidReceipt):
-                credits["voided"] += result.amount
+            if type(result) is GrantReceipt:
+                granted += result.amount
+                settled += result.settled_debt
+            elif type(result) is ConsumptionReceipt:
+                consumed += result.consumed
+                incurred += result.debt_added
+            elif type(result) is VoidReceipt:
+                voided += result.amount
             if len(change.entries) > 1:
-                credits["expired"] += sum(
-                    e.amount for e in change.entries if e.kind == "expiration"
-                )
+                expired += sum(e.amount for e in change.entries if e.kind == "expiration")
             if result.timestamp < change.account.clock:
-                self.late_writes += 1
-            self.restated_entries += getattr(result, "restated", 0)
+                late += 1
+            restated += getattr(result, "restated", 0)
+        for kind, n in ok.items():
+            counts[kind, "ok"] += n
+        credits = self.credits
+        credits["granted"] += granted
+        credits["debt_settled"] += settled
+        credits["consumed"] += consumed
+        credits["debt_incurred"] += incurred
+        credits["voided"] += voided
+        credits["expired"] += expired
+        self.late_writes += late
+        self.restated_entries += restated
 
     # -- authentication and storage --------------------------------------------------------
 

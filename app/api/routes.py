@@ -677,8 +677,7 @@ BATCH_ABORTED = ProblemType("batch-aborted", "Atomic batch not applied", 0)
 def _to_operation(
     op: GrantOperation | ConsumeOperation | VoidOperation | BalanceOperation,
 ) -> Operation:
-    if isinstance(op, VoidOperation):
-        return VoidOp(op.account_id, op.grant_id, op.timestamp)
+    # Grants and consumptions first: most of a batch.
     if isinstance(op, GrantOperation):
         return GrantOp(
             op.account_id,
@@ -691,6 +690,8 @@ def _to_operation(
         )
     if isinstance(op, ConsumeOperation):
         return ConsumeOp(op.account_id, op.amount, op.timestamp, op.resource)
+    if isinstance(op, VoidOperation):
+        return VoidOp(op.account_id, op.grant_id, op.timestamp)
     return BalanceOp(op.account_id, op.timestamp, op.resource)
 
 
