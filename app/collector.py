@@ -1,14 +1,17 @@
 """CPython's cyclic collector, tuned for a ledger (process-wide: the collector is).
 
 A young collection scans every tracked object allocated since the last one that is still
-alive. Under batch load that is every batch in flight: 32 clients posting 1,000-op batches
-keep about 400,000 objects alive (a dozen per operation: the request's model, the service's
-operation, the change, its entry and row, the receipt), all of which die as the answers go
-out. With a fixed threshold the collector rescans them again and again and finds nothing:
-5 us per operation at 32 clients, 2.4 at two clients posting 10,000-op batches. So the
-threshold grows with the operations in flight (``batch_in_flight``) and comes back when they
-are answered: a collection happens when the garbage that could hold a cycle passes the base
-threshold, not when the batches' live objects do.
+alive. Under batch load that is every batch in flight: about a dozen objects per operation
+(counted at collections: the request's model and its set of fields, the service's operation,
+the change, its account row, entry and live grant, the receipt, tuples), all of which die as
+the answers go out. With a fixed threshold the collector rescans them again and again and
+finds nothing. So the threshold grows with the operations in flight (``batch_in_flight``)
+and comes back when they are answered: what triggers a collection is then what else was
+allocated (garbage that may hold a cycle, and what the ledger keeps), not the batches.
+Measured in process on SQLite (a file grown by the run before): 32 clients posting 1,000-op
+batches collected 7 times in 192 batches (1.9 us per operation), then once (0.9); two
+clients posting 10,000-op batches 16 times in 16 (2.4 to 2.6 us per operation, the loop's
+CPU 22 us per operation), then once (0.3; 19 us).
 
 Why not a larger fixed threshold instead: what a young collection finds alive also includes
 what memory storage keeps; at 200,000, single operations at a fixed rate had a p99 of 32-35
@@ -18,6 +21,7 @@ ms (the README's target is 25). Single operations keep the base.
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
@@ -38,6 +42,8 @@ class _Collector:
     def __init__(self) -> None:
         self.tuned = False
         self.operations_in_flight = 0
+        # One event loop serves in production; tests may run apps on other threads.
+        self._lock = threading.Lock()
 
     def tune(self) -> None:
         """Freeze what startup loaded and collect the young generation less often than
@@ -46,8 +52,9 @@ class _Collector:
         path, so little is left for the collector to find."""
         gc.collect()
         gc.freeze()
-        self.tuned = True
-        self._set()
+        with self._lock:
+            self.tuned = True
+            self._set()
 
     def _set(self) -> None:
         young, middle, old = GC_THRESHOLDS
@@ -58,13 +65,15 @@ class _Collector:
     def batch_in_flight(self, operations: int) -> Iterator[None]:
         """While a batch of ``operations`` is being applied, committed and answered."""
         assert operations >= 0
-        self.operations_in_flight += operations
-        if self.tuned:
-            self._set()
+        self._add(operations)
         try:
             yield
         finally:
-            self.operations_in_flight -= operations
+            self._add(-operations)
+
+    def _add(self, operations: int) -> None:
+        with self._lock:
+            self.operations_in_flight += operations
             assert self.operations_in_flight >= 0
             if self.tuned:
                 self._set()
