@@ -203,23 +203,25 @@ def grant(
     assert isinstance(entry, GrantEntry), "a grant's own entry is new"
     entry.name = label.name
     entry.metadata = label.metadata
+    # Positional, in field order (tests/test_journal_fields.py holds each field to its
+    # value): keyword arguments to a class cost a dict per call, 0.4 us on every grant.
     receipt = GrantReceipt(
-        account_id=account.account_id,
-        grant_id=line.grant_id,
-        sequence=line.sequence,
-        timestamp=timestamp,
-        amount=amount,
-        expiry=expiry,
-        balance=outcome.available - outcome.debt,
-        available=outcome.available,
-        debt=outcome.debt,
-        settled_debt=line.settled_debt,
-        retained=line.retained,
-        name=label.name,
-        metadata=label.metadata,
-        resources=_listed(line.resources),
-        watermark=outcome.watermark,
-        restated=outcome.restated,
+        account.account_id,  # account_id
+        line.grant_id,  # grant_id
+        line.sequence,  # sequence
+        timestamp,  # timestamp
+        amount,  # amount
+        expiry,  # expiry
+        outcome.available - outcome.debt,  # balance
+        outcome.available,  # available
+        outcome.debt,  # debt
+        line.settled_debt,  # settled_debt
+        line.retained,  # retained
+        label.name,  # name
+        label.metadata,  # metadata
+        _listed(line.resources),  # resources
+        outcome.watermark,  # watermark
+        outcome.restated,  # restated
     )
     return change, receipt
 
@@ -268,20 +270,20 @@ def consume(
     outcome, change = _write(account, ConsumeWrite(amount, timestamp, resource), None)
     line = outcome.line
     assert isinstance(line, ConsumptionLine)
-    receipt = ConsumptionReceipt(
-        account_id=account.account_id,
-        sequence=line.sequence,
-        timestamp=timestamp,
-        amount=amount,
-        balance=outcome.available - outcome.debt,
-        available=outcome.available,
-        debt=outcome.debt,
-        consumed=line.consumed,
-        debt_added=line.debt_added,
-        allocation=line.allocation,
-        resource=resource,
-        watermark=outcome.watermark,
-        restated=outcome.restated,
+    receipt = ConsumptionReceipt(  # positional, as a grant's receipt (above)
+        account.account_id,  # account_id
+        line.sequence,  # sequence
+        timestamp,  # timestamp
+        amount,  # amount
+        outcome.available - outcome.debt,  # balance
+        outcome.available,  # available
+        outcome.debt,  # debt
+        line.consumed,  # consumed
+        line.debt_added,  # debt_added
+        line.allocation,  # allocation
+        resource,  # resource
+        outcome.watermark,  # watermark
+        outcome.restated,  # restated
     )
     return change, receipt
 
@@ -500,14 +502,15 @@ def _write(
         new = appended
         if earlier:
             restated = earlier
-    change = Change(
-        account=_account_row(account),
-        upserted_live_grants=outcome.live_upserted,
-        removed_grant_ids=outcome.live_removed,
-        entries=new,
-        restated=restated,
-        removed_sequences=outcome.removed,
-        checkpoint=_checkpoint(outcome.checkpoints),
+    change = Change(  # positional, as the receipts (see grant)
+        _account_row(account),  # account
+        outcome.live_upserted,  # upserted_live_grants
+        outcome.live_removed,  # removed_grant_ids
+        new,  # entries
+        None,  # idempotency
+        restated,  # restated
+        outcome.removed,  # removed_sequences
+        _checkpoint(outcome.checkpoints),  # checkpoint
     )
     return outcome, change
 
@@ -518,19 +521,23 @@ def _sequence_of(entry: Entry) -> int:
 
 def entry_of(line: Line) -> Entry:
     """A ledger line as storage keeps it (a grant's label is the service's to add)."""
+    # Positional, in field order (tests/test_journal_fields.py holds each field to its
+    # value): keyword arguments to a class cost a dict per call, and this runs per write.
     if isinstance(line, GrantLine):
         return GrantEntry(
             line.sequence,
             line.timestamp,
             line.available,
             line.debt,
-            grant_id=line.grant_id,
-            amount=line.amount,
-            expiry=line.expiry,
-            settled_debt=line.settled_debt,
-            retained=line.retained,
-            resources=line.resources,
-            revision=line.revision,
+            line.grant_id,  # grant_id
+            line.amount,  # amount
+            line.expiry,  # expiry
+            line.settled_debt,  # settled_debt
+            line.retained,  # retained
+            None,  # name: the service's to add
+            None,  # metadata
+            line.resources,  # resources
+            line.revision,  # revision
         )
     if isinstance(line, ConsumptionLine):
         return ConsumptionEntry(
@@ -538,12 +545,12 @@ def entry_of(line: Line) -> Entry:
             line.timestamp,
             line.available,
             line.debt,
-            amount=line.amount,
-            consumed=line.consumed,
-            debt_added=line.debt_added,
-            allocation=line.allocation,
-            resource=line.resource,
-            revision=line.revision,
+            line.amount,  # amount
+            line.consumed,  # consumed
+            line.debt_added,  # debt_added
+            line.allocation,  # allocation
+            line.resource,  # resource
+            line.revision,  # revision
         )
     if isinstance(line, VoidLine):
         return VoidEntry(
