@@ -168,25 +168,25 @@ class TooLate(TimestampRegression):
 
 
 # -- writes --------------------------------------------------------------------------------
+# Named tuples, as the lines below: immutable, and one is made per write (a frozen dataclass
+# sets each field through object.__setattr__: 0.35 against 0.15 us). Kinds never compare
+# equal: each has its own number of fields.
 
 
-@dataclass(frozen=True, slots=True)
-class GrantWrite:
+class GrantWrite(NamedTuple):
     amount: int
     timestamp: int
     expiry: int
     resources: ClassList | None = None  # None: unrestricted
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumeWrite:
+class ConsumeWrite(NamedTuple):
     amount: int
     timestamp: int
     resource: str | None = None  # None: no class
 
 
-@dataclass(frozen=True, slots=True)
-class VoidWrite:
+class VoidWrite(NamedTuple):
     grant_id: int
     timestamp: int
 

@@ -58,7 +58,7 @@ import itertools
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field, fields
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple, cast
 
 _heappush = heapq.heappush  # module globals: one lookup fewer on the hot path
 _heappop = heapq.heappop
@@ -211,8 +211,10 @@ class LiveGrant:
     granted_at: int = field(default=0, compare=False)
 
 
-@dataclass(frozen=True, slots=True)
-class GrantResult:
+# The two results of every write are named tuples, not frozen dataclasses: as immutable,
+# and made in a third of the time (a frozen dataclass sets each field through
+# object.__setattr__: 0.62 against 0.18 us for eight fields), once per grant or consumption.
+class GrantResult(NamedTuple):
     grant_id: int
     settled_debt: int
     retained: int
@@ -225,8 +227,7 @@ class GrantResult:
     settled: tuple[Debt, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumeResult:
+class ConsumeResult(NamedTuple):
     consumed: int
     debt_added: int
     available: int  # total, all classes
