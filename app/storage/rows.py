@@ -204,35 +204,42 @@ def encode(changes: Sequence[Change]) -> Rows:
     # entries alone are distinct (checked above) and are appended as they come.
     entries: dict[tuple[str, int], tuple[bool, Entry] | None] = {}
     in_order = not any(c.restated or c.removed_sequences for c in changes)
+    accounts = rows.accounts
+    append_entry = rows.entries.append
+    # This runs once per change of every group: what only late writes have (restated and
+    # removed entries) is looked at only in a group that has some.
     for change in changes:
         account = change.account
         account_id = account.account_id
-        rows.accounts[account_id] = account
+        accounts[account_id] = account
         if in_order:
-            rows.entries.extend([_entry_values(account_id, e) for e in change.entries])
+            for e in change.entries:
+                append_entry(_entry_values(account_id, e))
         else:
             for e in change.entries:
                 entries[(account_id, e.sequence)] = (True, e)
-        for e in change.restated:
-            earlier = entries.get((account_id, e.sequence))
-            is_new = earlier is not None and earlier[0]  # appended earlier in the group
-            if is_new:
-                assert earlier is not None  # for the type checker
-                e = _with_label_of(earlier[1], e)
-            entries[(account_id, e.sequence)] = (is_new, e)
-        for sequence in change.removed_sequences:
-            entries[(account_id, sequence)] = None
+            for e in change.restated:
+                earlier = entries.get((account_id, e.sequence))
+                is_new = earlier is not None and earlier[0]  # appended earlier in the group
+                if is_new:
+                    assert earlier is not None  # for the type checker
+                    e = _with_label_of(earlier[1], e)
+                entries[(account_id, e.sequence)] = (is_new, e)
+            for sequence in change.removed_sequences:
+                entries[(account_id, sequence)] = None
         for b in change.upserted_live_grants:
+            resources = b.resources
             live[(account_id, b.grant_id)] = (
                 account_id,
                 b.grant_id,
                 b.expiry,
                 b.remaining,
-                classes_text(b.resources),
+                None if resources is None else classes_text(resources),
                 b.granted_at,
             )
-        for grant_id in change.removed_grant_ids:
-            live[(account_id, grant_id)] = None
+        if change.removed_grant_ids:
+            for grant_id in change.removed_grant_ids:
+                live[(account_id, grant_id)] = None
         if change.checkpoint is not None:
             timestamp, rank = change.checkpoint.position
             rows.checkpoints.append(
