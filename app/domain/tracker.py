@@ -747,6 +747,12 @@ class GPUCreditTracker:
         queue = self._queue
         return queue.by_class.get(resource, 0) if queue is not None else 0
 
+    @property
+    def debt_may_name_a_class(self) -> bool:
+        """False: all debt (if any) is of no class, and ``debts()`` is at most one item of
+        None. O(1), where ``debts()`` makes the queue."""
+        return self._queue is not None
+
     def debts(self) -> tuple[Debt, ...]:
         """The debt queue in the order incurred, one item per run of one class."""
         if self._queue is not None:

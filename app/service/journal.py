@@ -653,13 +653,14 @@ def _checkpoint(checkpoints: Sequence[TimelineCheckpoint]) -> Checkpoint | None:
 def _account_row(account: AccountState) -> AccountRow:
     timeline = account.timeline
     t = timeline.current
+    debt = t.debt
     return AccountRow(
         account.account_id,
         t.clock,
-        t.debt,
+        debt,
         t.next_grant_id,
         timeline.next_sequence,
-        _debt_queue(t),
+        _debt_queue(t) if debt else (),  # per write: no call for an account without debt
         timeline.watermark,
         account.window,
         timeline.folded_since_checkpoint,
@@ -669,7 +670,7 @@ def _account_row(account: AccountState) -> AccountRow:
 def _debt_queue(tracker: GPUCreditTracker) -> tuple[Debt, ...]:
     """The debt queue as storage keeps it (``TrackerState.debts``): () when all of it (if
     any) is of no class, so an account that never names a class writes what it always did."""
-    if not tracker.debt:
+    if not tracker.debt or not tracker.debt_may_name_a_class:
         return ()
     queue = tracker.debts()
     return () if len(queue) == 1 and queue[0].resource is None else queue
