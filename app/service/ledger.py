@@ -407,14 +407,7 @@ class Ledger:
                     saved[account_id] = (account.timeline.copy(), account.window)
                 receipt: GrantReceipt | ConsumptionReceipt | VoidReceipt
                 clock_before = account.tracker.clock
-                if isinstance(op, VoidOp):
-                    if not account.exists:
-                        raise AccountNotFound(account_id)
-                    grant, voided = _record_in_batch(op, batch_entries.get(account_id, ()), records)
-                    change, receipt = self._void(
-                        uow, account, op.grant_id, op.timestamp, grant, voided
-                    )
-                elif isinstance(op, GrantOp):
+                if isinstance(op, GrantOp):  # grants and consumptions first: most of a batch
                     unlabelled = op.name is None and op.metadata is None
                     label = NO_LABEL if unlabelled else Label(op.name, op.metadata)
                     change, receipt = self._grant(
@@ -423,6 +416,13 @@ class Ledger:
                 elif isinstance(op, ConsumeOp):
                     change, receipt = self._consume(
                         uow, account, op.amount, op.timestamp, op.resource
+                    )
+                elif isinstance(op, VoidOp):
+                    if not account.exists:
+                        raise AccountNotFound(account_id)
+                    grant, voided = _record_in_batch(op, batch_entries.get(account_id, ()), records)
+                    change, receipt = self._void(
+                        uow, account, op.grant_id, op.timestamp, grant, voided
                     )
                 else:
                     if not account.exists:
