@@ -65,6 +65,18 @@ from app.storage.base import (
 )
 
 _R = TypeVar("_R", GrantReceipt, ConsumptionReceipt)
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _without_traceback(exc: _E) -> _E:
+    """``exc``, to be kept in a list its catcher's frame holds (a batch's results), without
+    its traceback: the traceback holds that frame (every frame in it links to its caller),
+    so the two would make a reference cycle, freed only by the cyclic collector, with all the
+    frame holds (the batch's operations, results and changes: 8 to 14 objects, 1.4 to 2.6 KB
+    per refused operation of a 10,000-op batch). A refusal is answered from its type and
+    members; an error ``describe`` does not map is logged without its frames."""
+    exc.__traceback__ = None
+    return exc
 
 
 class Replay(Answer):
@@ -333,7 +345,7 @@ class Ledger:
                 try:
                     uow.take_event_room(line.op.account_id)
                 except ServiceError as exc:
-                    answers[index] = exc
+                    answers[index] = _without_traceback(exc)
                     continue
                 fresh.append(index)
             changes: list[Change] = []
@@ -458,8 +470,9 @@ class Ledger:
                         uow.count_live(saved_id, undone)
                         current.timeline = timeline
                         current.window = window
-                    return BatchOutcome(operations, [exc], failed_index=index), []
-                results.append(exc)
+                    refusal = _without_traceback(exc)
+                    return BatchOutcome(operations, [refusal], failed_index=index), []
+                results.append(_without_traceback(exc))
         return BatchOutcome(operations, results, failed_index=None), changes
 
     # -- the operations, shared by single requests and batches -------------------------------
