@@ -5,6 +5,7 @@ flight, so young collections do not rescan them (the README's batch figures depe
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 from collections.abc import Iterator
@@ -179,3 +180,41 @@ async def test_refused_operations_leave_no_reference_cycle() -> None:
             gc.enable()
     assert statuses == [404, 404, 409] * 100 + [404, 404, 409] + [201, 201, 503]
     assert left == 0, f"{left} refusals are left for the collector to free"
+
+
+@pytest.mark.usefixtures("collector_restored")
+async def test_a_batch_and_a_stream_cancelled_while_applied_are_counted_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request cancelled while the ledger applies it (a server shutting down) counts its
+    operations out, as one that failed does."""
+    app = create_app(Settings(storage="memory"))
+    applying = asyncio.Event()
+
+    async def stuck(self: Ledger, *args: Any, **kwargs: Any) -> Any:
+        applying.set()
+        await asyncio.Event().wait()  # never set: only cancelled
+
+    monkeypatch.setattr(Ledger, "batch", stuck)
+    monkeypatch.setattr(Ledger, "events", stuck)
+    grant = {"op": "grant", "account_id": "a", "amount": 5, "timestamp": 1, "expiry": 9}
+    line = httpx.Response(200, json={**grant, "id": "e1"}).text + "\n"
+    requests: list[tuple[str, dict[str, Any]]] = [
+        ("/v1/batch", {"json": {"operations": [grant, grant]}}),
+        ("/v1/events", {"content": line, "headers": {"content-type": "application/x-ndjson"}}),
+    ]
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as client,
+    ):
+        for (path, kwargs), operations in zip(requests, (2, 1), strict=True):
+            applying.clear()
+            request = asyncio.create_task(client.post(path, **kwargs))
+            await applying.wait()
+            assert COLLECTOR.operations_in_flight == operations
+            assert gc.get_threshold()[0] == BASE + operations * OBJECTS_PER_OPERATION
+            request.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await request
+            assert COLLECTOR.operations_in_flight == 0
+            assert gc.get_threshold() == GC_THRESHOLDS
