@@ -33,8 +33,10 @@ GC_THRESHOLDS: Final = (100_000, 25, 100)
 # Tracked objects an operation keeps alive while its batch is in flight (counted with
 # gc.get_objects(0) under load: 12.2 for grants and consumptions), with room to spare.
 OBJECTS_PER_OPERATION: Final = 16
-# The most the young threshold grows: 64 batches of 10,000 operations, 10 million objects
-# (about 1 GiB: the request limits bound the bodies in flight well before that).
+# The most the young threshold grows: 10 million objects, reached with 63 batches of 10,000
+# operations in flight. The request limits do not bound it first (2,048 requests in flight,
+# 256 per client address, each batch up to 10,000 operations): this cap does. Up to that many
+# objects (1 to 2 GiB) may then wait for a collection, live or cyclic garbage.
 MAX_YOUNG_THRESHOLD: Final = GC_THRESHOLDS[0] + 10_000_000
 
 
