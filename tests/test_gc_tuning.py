@@ -74,7 +74,7 @@ def test_a_batch_that_fails_is_counted_out_and_the_growth_is_bounded() -> None:
         raise RuntimeError("the batch failed")
     assert COLLECTOR.operations_in_flight == 0
     assert gc.get_threshold() == GC_THRESHOLDS
-    with COLLECTOR.batch_in_flight(10**9):  # far past what the request limits let in
+    with COLLECTOR.batch_in_flight(10**9):  # far past the cap
         assert gc.get_threshold()[0] == MAX_YOUNG_THRESHOLD
     assert gc.get_threshold() == GC_THRESHOLDS
 
