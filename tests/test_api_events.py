@@ -425,6 +425,10 @@ async def test_invalid_lines_are_answered_and_the_stream_goes_on(
     assert ["line", "consume", "amount"] in error_locs(by_line[11]["body"])
     assert ["line", "consume", "id"] in error_locs(by_line[6]["body"])
     assert ["line", "consume", "color"] in error_locs(by_line[12]["body"])
+    # An unknown member is named as a batch's and every other body's is.
+    [extra] = by_line[12]["body"]["errors"]
+    assert extra["type"] == "extra_forbidden"
+    assert extra["message"] == "Extra inputs are not permitted"
     assert ok(await client.get(url("acme", "balance")))["debt"] == 1
 
 

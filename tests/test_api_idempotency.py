@@ -10,10 +10,14 @@ import asyncio
 import httpx
 import pytest
 
+from app.api.idempotent import _fingerprinted
+from app.api.schemas import BatchRequest
+from app.service.idempotency import fingerprint
 from tests.support.api import (
     ACCOUNT,
     GOOD_CONSUME,
     GOOD_GRANT,
+    JSON,
     all_entries,
     assert_absent,
     assert_problem,
@@ -162,6 +166,48 @@ async def test_idempotency_fingerprint_ignores_member_order(client: httpx.AsyncC
     assert ok(first, 201) == ok(second, 201)
     assert second.headers["idempotent-replayed"] == "true"
     assert len(await all_entries(client)) == 1
+
+
+_GRANT_OP: JSON = {"op": "grant", "account_id": "a"}
+_CONSUME_OP: JSON = {"op": "consume", "account_id": "b"}
+
+
+@pytest.mark.parametrize(
+    ("body", "stored"),
+    [
+        (
+            {"operations": [{**_GRANT_OP, "amount": 5, "timestamp": 1, "expiry": 9}]},
+            "e992ea640cb370070f335701dd9d93ba0e10797e594110716c3d923328413957",
+        ),
+        (
+            {
+                "atomic": True,
+                "operations": [
+                    {
+                        **_GRANT_OP,
+                        "amount": 5,
+                        "timestamp": 1,
+                        "expiry": 9,
+                        "resources": ["H100"],
+                        "name": "n",
+                        "metadata": {"k": "v"},
+                    },
+                    {**_CONSUME_OP, "amount": 3, "timestamp": 2, "resource": "A100"},
+                    {"op": "void", "account_id": "a", "grant_id": 1, "timestamp": 3},
+                    {"op": "balance", "account_id": "a"},
+                    {"op": "balance", "account_id": "a", "timestamp": 4, "resource": "H100"},
+                ],
+            },
+            "fbd0632bf0f2c95b34000c0b76eb5a6a41927f7cc20422760cb5372f6dd083ad",
+        ),
+    ],
+)
+def test_a_batch_fingerprint_is_what_earlier_releases_stored(body: JSON, stored: str) -> None:
+    """A batch's Idempotency-Key is matched by the fingerprint stored with it: a retry across
+    an upgrade must compute the same one (these are what the release before the operations
+    became dataclasses computed), whatever classes validate the body."""
+    validated = BatchRequest.model_validate(body)
+    assert fingerprint("batch", "", _fingerprinted(validated)) == stored
 
 
 async def test_timestamp_regression_with_idempotency_key_stores_nothing(

@@ -591,6 +591,37 @@ async def test_invalid_batches_are_422_and_change_nothing(
     await assert_absent(client, "a")
 
 
+@pytest.mark.parametrize("op", ["grant", "consume", "void", "balance"])
+async def test_an_unknown_member_of_an_operation_is_named_as_in_any_body(
+    client: httpx.AsyncClient, op: str
+) -> None:
+    """The operations are pydantic dataclasses, whose own word for a member they do not have
+    is "unexpected_keyword_argument": the problem says what a model's would (and a single
+    request's does)."""
+    operation = {
+        "grant": g("a", 1, 1, 5),
+        "consume": c("a", 1, 1),
+        "void": {"op": "void", "account_id": "a", "grant_id": 1, "timestamp": 1},
+        "balance": b("a"),
+    }[op]
+    problem = assert_problem(
+        await client.post(BATCH, json={"operations": [{**operation, "colour": "red"}]}), 422
+    )
+    assert problem["errors"] == [
+        {
+            "loc": ["body", "operations", 0, op, "colour"],
+            "message": "Extra inputs are not permitted",
+            "type": "extra_forbidden",
+        }
+    ]
+    single = {"amount": 1, "timestamp": 1, "expiry": 5, "colour": "red"}
+    single_problem = assert_problem(await client.post("/v1/accounts/a/grants", json=single), 422)
+    assert [(e["message"], e["type"]) for e in single_problem["errors"]] == [
+        ("Extra inputs are not permitted", "extra_forbidden")
+    ]
+    await assert_absent(client, "a")
+
+
 async def test_ten_thousand_operations_are_accepted(client: httpx.AsyncClient) -> None:
     ops: list[JSON] = []
     for i in range(10_000):

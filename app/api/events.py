@@ -53,6 +53,7 @@ from app.api.problems import (
     Described,
     ProblemType,
     describe,
+    validation_issue,
 )
 from app.api.schemas import (
     EVENT_ID_PATTERN,
@@ -220,14 +221,7 @@ def parse_line(number: int, raw: bytes) -> _Line | _Bad:
     try:
         line = _LINE.validate_python(value)
     except ValidationError as exc:
-        issues = [
-            {
-                "loc": ["line", *(p if isinstance(p, int) else str(p) for p in e["loc"])],
-                "message": str(e["msg"]),
-                "type": str(e["type"]),
-            }
-            for e in exc.errors(include_url=False)
-        ]
+        issues = [validation_issue(e, prefix=("line",)) for e in exc.errors(include_url=False)]
         fields = ", ".join(".".join(str(p) for p in i["loc"][1:]) or "line" for i in issues)
         detail = f"line {number} is invalid: {fields}"
         return _Bad(number, event_id, _problem(VALIDATION, detail, errors=issues), 422)

@@ -6,7 +6,7 @@ error, unknown route and wrong method is answered with an RFC 9457 problem docum
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -246,16 +246,25 @@ def _validation_error(request: Request, exc: Exception) -> JSONResponse:
             reason = str((e.get("ctx") or {}).get("error", "")).strip()
             detail = "the request body could not be parsed as JSON"
             return problem_response(MALFORMED_JSON, f"{detail}: {reason}" if reason else detail)
-    issues = [
-        {
-            "loc": [p if isinstance(p, int) else str(p) for p in e.get("loc", ())],
-            "message": str(e.get("msg", "invalid")),
-            "type": str(e.get("type", "invalid")),
-        }
-        for e in errors
-    ]
+    issues = [validation_issue(e) for e in errors]
     fields = ", ".join(".".join(str(p) for p in i["loc"]) for i in issues)
     return problem_response(VALIDATION, f"invalid request: {fields}", errors=issues)
+
+
+def validation_issue(error: Mapping[str, Any], *, prefix: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One of pydantic's validation errors as an item of a problem's ``errors``. A member a
+    batch operation or stream line does not have is "unexpected_keyword_argument" to
+    pydantic (they are dataclasses, see ``app.api.schemas``): it is reported as a model's
+    extra member is, "extra_forbidden", one name for one mistake wherever it is made."""
+    kind = str(error.get("type", "invalid"))
+    message = str(error.get("msg", "invalid"))
+    if kind == "unexpected_keyword_argument":
+        kind, message = "extra_forbidden", "Extra inputs are not permitted"
+    return {
+        "loc": [*prefix, *(p if isinstance(p, int) else str(p) for p in error.get("loc", ()))],
+        "message": message,
+        "type": kind,
+    }
 
 
 def _http_error(request: Request, exc: Exception) -> JSONResponse:

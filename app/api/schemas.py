@@ -22,6 +22,7 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic_core import PydanticCustomError
 
 from app.domain import MAX_CLASS_NAME_LENGTH, MAX_RESOURCES, MAX_VALUE
@@ -255,7 +256,17 @@ BatchAccountId = Annotated[
 ]
 
 
-class GrantOperation(_Request):
+# The batch's operations (and the stream's lines) are pydantic dataclasses, not models:
+# validated the same way and described the same way in the OpenAPI document, but made
+# without a model's per-instance dict and set of fields set, which a 10,000-operation batch
+# pays for 10,000 times (1.38 -> 0.84 us an operation to validate a 1,000-op batch).
+_operation = pydantic_dataclass(
+    config=ConfigDict(extra="forbid"), frozen=True, slots=True, kw_only=True
+)
+
+
+@_operation
+class GrantOperation:
     op: Literal["grant"]
     account_id: BatchAccountId
     amount: Amount
@@ -268,7 +279,8 @@ class GrantOperation(_Request):
     _check_expiry = field_validator("expiry")(_expiry_after_timestamp)
 
 
-class ConsumeOperation(_Request):
+@_operation
+class ConsumeOperation:
     op: Literal["consume"]
     account_id: BatchAccountId
     amount: Amount
@@ -276,22 +288,26 @@ class ConsumeOperation(_Request):
     resource: ConsumedOn = None
 
 
-class VoidOperation(_Request):
+@_operation
+class VoidOperation:
     op: Literal["void"]
     account_id: BatchAccountId
-    grant_id: int = Field(ge=1, le=MAX_VALUE, strict=True)
+    # Constraints in Annotated, not as a default: a dataclass field given Field() as its
+    # default is listed first in the JSON schema, which would reorder the published document.
+    grant_id: Annotated[int, Field(ge=1, le=MAX_VALUE, strict=True)]
     timestamp: Timestamp
 
 
-class BalanceOperation(_Request):
+@_operation
+class BalanceOperation:
     op: Literal["balance"]
     account_id: BatchAccountId
-    timestamp: Timestamp | None = Field(
-        None, description="As the `timestamp` query parameter of getBalance."
-    )
-    resource: ClassName | None = Field(
-        None, description="As the `resource` query parameter of getBalance."
-    )
+    timestamp: Annotated[
+        Timestamp | None, Field(description="As the `timestamp` query parameter of getBalance.")
+    ] = None
+    resource: Annotated[
+        ClassName | None, Field(description="As the `resource` query parameter of getBalance.")
+    ] = None
 
 
 BatchOperation = Annotated[
@@ -332,14 +348,17 @@ EventId = Annotated[
 ]
 
 
+@_operation
 class GrantEvent(GrantOperation):
     id: EventId
 
 
+@_operation
 class ConsumeEvent(ConsumeOperation):
     id: EventId
 
 
+@_operation
 class VoidEvent(VoidOperation):
     id: EventId
 
