@@ -428,29 +428,29 @@ def _check_live_grants(change: Change) -> None:
         )
 
 
+# The common shapes of ``details`` (see details_text).
+_GRANT_DETAILS: Final = '{"grant_id":%d,"amount":%d,"expiry":%d,"settled_debt":%d,"retained":%d}'
+_ALLOCATION_DETAILS: Final = '{"grant_id":%d,"expiry":%d,"amount":%d}'
+_CONSUMPTION_DETAILS: Final = '{"amount":%d,"consumed":%d,"debt_added":%d,"allocation":[%s]}'
+
+
 def details_text(e: Entry) -> str:
     """The ``details`` column of an entry: ``_details`` as compact JSON. The common shapes
     (no label, no classes: only integers) are formatted directly, byte for byte what
     ``json.dumps`` makes of them (tests/test_storage_rows.py holds the two together); this
-    runs once per entry written, on the batch path."""
-    if type(e) is GrantEntry and e.name is None and e.metadata is None and e.resources is None:
-        return (
-            f'{{"grant_id":{e.grant_id:d},"amount":{e.amount:d},"expiry":{e.expiry:d},'
-            f'"settled_debt":{e.settled_debt:d},"retained":{e.retained:d}}}'
-        )
-    if (
-        type(e) is ConsumptionEntry
-        and e.resource is None
-        and all(a.resources is None for a in e.allocation)
-    ):
-        parts = ",".join(
-            f'{{"grant_id":{a.grant_id:d},"expiry":{a.expiry:d},"amount":{a.amount:d}}}'
-            for a in e.allocation
-        )
-        return (
-            f'{{"amount":{e.amount:d},"consumed":{e.consumed:d},'
-            f'"debt_added":{e.debt_added:d},"allocation":[{parts}]}}'
-        )
+    runs once per entry written, on the batch path. ``%d``, not an f-string's ``:d`` (half
+    the time): the values are the tracker's integers."""
+    if isinstance(e, GrantEntry):  # final classes: isinstance is an exact test
+        if e.name is None and e.metadata is None and e.resources is None:
+            return _GRANT_DETAILS % (e.grant_id, e.amount, e.expiry, e.settled_debt, e.retained)
+    elif isinstance(e, ConsumptionEntry) and e.resource is None:
+        parts = []
+        for a in e.allocation:
+            if a.resources is not None:
+                break
+            parts.append(_ALLOCATION_DETAILS % (a.grant_id, a.expiry, a.amount))
+        else:
+            return _CONSUMPTION_DETAILS % (e.amount, e.consumed, e.debt_added, ",".join(parts))
     return _COMPACT.encode(_details(e))
 
 
