@@ -116,8 +116,10 @@ def batch(outcome: BatchOutcome) -> bytes:
     assert outcome.failed_index is None
     parts: list[bytes] = []
     failed = 0
-    dump_grant = _GRANT_JSON.dump_json
-    dump_consumption = _CONSUME_JSON.dump_json
+    # The serializers themselves: TypeAdapter.dump_json only passes its defaults on to them,
+    # 0.3 us of Python per receipt (the same bytes: tests/test_batch.py).
+    dump_grant = _GRANT_JSON.serializer.to_json
+    dump_consumption = _CONSUME_JSON.serializer.to_json
     for op, result in zip(outcome.operations, outcome.results, strict=True):
         if type(result) is GrantReceipt:
             parts.append(_GRANT_ITEM + dump_grant(result) + b"}")
