@@ -404,8 +404,8 @@ class Ledger:
         batch_entries: dict[str, list[Entry]] = {}
         keep_entries = any(isinstance(op, BalanceOp | VoidOp) for op in operations)
         # Each account's watermark before the batch, and the accounts it wrote late to (their
-        # entries above are then not in time order).
-        watermarks = {a: s.timeline.watermark for a, s in accounts.items()}
+        # entries above are then not in time order): for balance reads, so only with them.
+        watermarks = {a: s.timeline.watermark for a, s in accounts.items()} if keep_entries else {}
         late: set[str] = set()
         for index, op in enumerate(operations):
             account_id = op.account_id
