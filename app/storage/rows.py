@@ -429,17 +429,18 @@ def _check_live_grants(change: Change) -> None:
 
 
 # The common shapes of ``details`` (see details_text).
-_GRANT_DETAILS: Final = '{"grant_id":%d,"amount":%d,"expiry":%d,"settled_debt":%d,"retained":%d}'
-_ALLOCATION_DETAILS: Final = '{"grant_id":%d,"expiry":%d,"amount":%d}'
-_CONSUMPTION_DETAILS: Final = '{"amount":%d,"consumed":%d,"debt_added":%d,"allocation":[%s]}'
+_GRANT_DETAILS: Final = '{"grant_id":%s,"amount":%s,"expiry":%s,"settled_debt":%s,"retained":%s}'
+_ALLOCATION_DETAILS: Final = '{"grant_id":%s,"expiry":%s,"amount":%s}'
+_CONSUMPTION_DETAILS: Final = '{"amount":%s,"consumed":%s,"debt_added":%s,"allocation":[%s]}'
 
 
 def details_text(e: Entry) -> str:
     """The ``details`` column of an entry: ``_details`` as compact JSON. The common shapes
     (no label, no classes: only integers) are formatted directly, byte for byte what
     ``json.dumps`` makes of them (tests/test_storage_rows.py holds the two together); this
-    runs once per entry written, on the batch path. ``%d``, not an f-string's ``:d`` (half
-    the time): the values are the tracker's integers."""
+    runs once per entry written, on the batch path. ``%`` formatting, not an f-string's
+    ``:d`` (half the time); ``%s``, not ``%d``, which would write a float cut to an integer
+    without a word (none can come: the tracker's values are integers)."""
     if isinstance(e, GrantEntry):  # final classes: isinstance is an exact test
         if e.name is None and e.metadata is None and e.resources is None:
             return _GRANT_DETAILS % (e.grant_id, e.amount, e.expiry, e.settled_debt, e.retained)
