@@ -543,6 +543,49 @@ class AccountTimeline:
             return self._in_order_final(write, live_room)  # folds at once: M = C = timestamp
         return self._in_order(write, live_room)
 
+    def grant_at_clock(
+        self,
+        amount: int,
+        timestamp: int,
+        expiry: int,
+        live_room: int | None,
+        resources: ClassList | None = None,
+    ) -> tuple[GrantResult, int, tuple[LiveGrant, ...], tuple[Checkpoint, ...]] | None:
+        """``write(GrantWrite(...))`` for the grant every account makes most, without the
+        ledger lines and the outcome ``write`` makes (a batch's operations come here one by
+        one): a grant at or after the clock that folds at once and expires nothing
+        (``_folds_at_once``). Returns the tracker's result, the grant's sequence, the live
+        grant it keeps (if any) and the checkpoint now due (if one is); raises as ``write``
+        does, and changes nothing then. None, and nothing changed, for any other grant:
+        ``write`` it."""
+        if not self._folds_at_once(timestamp):
+            return None
+        granted = self._final.apply_grant(amount, timestamp, expiry, live_room, resources=resources)
+        assert not granted.expired, "nothing expires by the timestamp (checked above)"
+        sequence = self._next_sequence
+        checkpoints = self._fold_at_once(sequence, timestamp)
+        return granted, sequence, _granted_live(granted, expiry, timestamp), checkpoints
+
+    def consume_at_clock(
+        self, amount: int, timestamp: int, resource: str | None = None
+    ) -> (
+        tuple[ConsumeResult, int, tuple[LiveGrant, ...], tuple[int, ...], tuple[Checkpoint, ...]]
+        | None
+    ):
+        """``grant_at_clock`` for a consumption: the tracker's result, the consumption's
+        sequence, the live grant it left partly drawn (if any), the ids of the live grants it
+        used up, and the checkpoint now due, if one is. None, and nothing changed, for a
+        consumption that is not in order, folding at once and expiring nothing."""
+        if not self._folds_at_once(timestamp):
+            return None
+        tracker = self._final
+        consumed = tracker.apply_consume(amount, timestamp, resource)
+        assert not consumed.expired, "nothing expires by the timestamp (checked above)"
+        upserted, removed = _consumed_live(tracker, consumed, resource)
+        sequence = self._next_sequence
+        checkpoints = self._fold_at_once(sequence, timestamp)
+        return consumed, sequence, upserted, removed, checkpoints
+
     def copy(self) -> AccountTimeline:
         """An independent copy, for a caller that may have to undo what it does next (an
         atomic batch): O(n + P). The replay marks are shared: they are never changed, only
@@ -700,15 +743,8 @@ class AccountTimeline:
         )
         own = lines[-1]
         assert not isinstance(own, ExpirationLine)
-        self._next_sequence = own.sequence + 1
-        # With a window of 0, M = C = timestamp; with another, only a write at M comes here.
-        self._clock = self._watermark = timestamp = write.timestamp
-        since = self._folded_since + 1
-        checkpoints = _NO_CHECKPOINTS
-        if since >= self._checkpoint_spacing:
-            checkpoints = (self._checkpoint(own.sequence, timestamp),)
-            since = 0
-        self._folded_since = since
+        timestamp = write.timestamp
+        checkpoints = self._fold_at_once(own.sequence, timestamp)
         return WriteOutcome(
             own,
             lines,
@@ -722,6 +758,32 @@ class AccountTimeline:
             removed,
             1,
             checkpoints,
+        )
+
+    def _fold_at_once(self, sequence: int, timestamp: int) -> tuple[Checkpoint, ...]:
+        """Book a write in order that folds at once (its own line ``sequence``): with a window
+        of 0, M = C = ``timestamp``; with another, only a write at M folds at once. Returns
+        the checkpoint now due, if one is."""
+        self._next_sequence = sequence + 1
+        self._clock = self._watermark = timestamp
+        since = self._folded_since + 1
+        checkpoints = _NO_CHECKPOINTS
+        if since >= self._checkpoint_spacing:
+            checkpoints = (self._checkpoint(sequence, timestamp),)
+            since = 0
+        self._folded_since = since
+        return checkpoints
+
+    def _folds_at_once(self, timestamp: int) -> bool:
+        """A write at ``timestamp`` goes in order (at or after the clock), folds at once and
+        expires nothing: ``write`` would take it to ``_in_order_final`` and its lines would be
+        its own line alone. Conservative: False sends a write to ``write``, always right."""
+        return (
+            type(timestamp) is int
+            and self._clock <= timestamp <= MAX_VALUE
+            and self._current is self._final
+            and (not self._window or timestamp <= self._watermark)
+            and self._final.expires_nothing_by(timestamp)
         )
 
     def _in_order(self, write: Write, live_room: int | None) -> WriteOutcome:
@@ -1124,18 +1186,7 @@ def _apply_in_order(
             first, timestamp, first, consumed.available, consumed.debt, 0, write.amount,
             write.resource, consumed.consumed, consumed.debt_added, consumed.allocation,
         )  # fmt: skip
-        allocation = consumed.allocation
-        if allocation:
-            # Every grant drawn but the last is used up; the last may be left partly drawn,
-            # and is then the first a consumption of this class draws.
-            if consumed.remaining[-1]:
-                removed = tuple(part.grant_id for part in allocation[:-1])
-                partly = tracker.first_live_grant(write.resource)
-                assert partly is not None
-                assert partly.grant_id == allocation[-1].grant_id
-                upserted = (partly,)
-            else:
-                removed = tuple(part.grant_id for part in allocation)
+        upserted, removed = _consumed_live(tracker, consumed, write.resource)
         result: _Result = consumed
         if expired:
             available = consumed.available + consumed.consumed
@@ -1150,12 +1201,7 @@ def _apply_in_order(
             first, timestamp, first, granted.available, granted.debt, 0, granted.grant_id,
             write.amount, write.expiry, granted.resources, granted.settled_debt, granted.retained,
         )  # fmt: skip
-        if granted.retained:
-            upserted = (
-                LiveGrant(
-                    granted.grant_id, write.expiry, granted.retained, granted.resources, timestamp
-                ),
-            )
+        upserted = _granted_live(granted, write.expiry, timestamp)
         result = granted
         if expired:
             available = granted.available - granted.retained
@@ -1179,6 +1225,30 @@ def _apply_in_order(
     lines = _expiration_lines(expired, sequence, available, debt)
     lines.append(own)
     return result, tuple(lines), upserted, (*gone, *removed)
+
+
+def _granted_live(granted: GrantResult, expiry: int, timestamp: int) -> tuple[LiveGrant, ...]:
+    """The live grant a grant in order keeps, if it keeps one (what it did not settle)."""
+    if not granted.retained:
+        return _NO_LIVE
+    return (LiveGrant(granted.grant_id, expiry, granted.retained, granted.resources, timestamp),)
+
+
+def _consumed_live(
+    tracker: GPUCreditTracker, consumed: ConsumeResult, resource: str | None
+) -> tuple[tuple[LiveGrant, ...], tuple[int, ...]]:
+    """The live grants a consumption in order changed, as (upserted, removed ids), from its
+    result and the tracker after it: every grant drawn but the last is used up; the last may
+    be left partly drawn, and is then the first a consumption of this class draws."""
+    allocation = consumed.allocation
+    if not allocation:
+        return _NO_LIVE, _NO_IDS
+    if consumed.remaining[-1]:
+        partly = tracker.first_live_grant(resource)
+        assert partly is not None
+        assert partly.grant_id == allocation[-1].grant_id
+        return (partly,), tuple(part.grant_id for part in allocation[:-1])
+    return _NO_LIVE, tuple(part.grant_id for part in allocation)
 
 
 def _expiration_lines(

@@ -759,6 +759,12 @@ class GPUCreditTracker:
             return self._queue.items()
         return (Debt(None, self._debt),) if self._debt else ()
 
+    def expires_nothing_by(self, timestamp: int) -> bool:
+        """No live grant expires at or before ``timestamp``, so an operation at it expires
+        nothing. O(1) and conservative: the bound it reads may still be a grant since used up
+        or voided, and False says only that something may expire."""
+        return timestamp < self._next_expiry
+
     def first_live_grant(self, resource: str | None = None) -> LiveGrant | None:
         """The live grant a consumption of ``resource`` (None: of no class) draws from first
         (a partly drawn one stays first)."""
