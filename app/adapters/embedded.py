@@ -77,6 +77,9 @@ class _Slot:
     # The newest change submitted for the account: readers await it, so they never answer
     # with state that is not yet durable.
     durable: asyncio.Future[None] | None = None
+    # The account's debt as its newest change submitted (or its load) left it: each change
+    # adds the difference to the port's total.
+    debt: int = 0
 
 
 @dataclass(slots=True)
@@ -111,8 +114,8 @@ class EmbeddedPort:
         self._failure: str | None = None
         self._tenants = Tenants()
         self._live_grants = 0  # over every account held (Limits.max_live_grants)
-        # Debt outstanding over every account: kept up to date by each unit of work that
-        # commits (the difference it made to its accounts' debt), read by metrics.
+        # Debt outstanding over every account: kept up to date by each change submitted (the
+        # difference it made to its account's debt, see ``_Slot.debt``), read by metrics.
         self._debt = 0
 
     # -- lifecycle and health ------------------------------------------------------------
@@ -121,7 +124,7 @@ class EmbeddedPort:
         loaded = await self._store.open(self._wall_clock_s() - self._limits.idempotency_ttl_s)
         for account_id, account in loaded.accounts.items():
             state = loaded_account(account_id, account, self._limits)
-            self._slots[account_id] = _Slot(state, counted=True)
+            self._slots[account_id] = _Slot(state, counted=True, debt=state.tracker.debt)
             self._accounts += 1
             self._live_grants += state.tracker.live_grant_count
             self._debt += state.tracker.debt
@@ -366,12 +369,18 @@ class EmbeddedPort:
         if key is not None:
             changes[-1].idempotency = key
         fut = self._store.submit(changes)
+        debt = self._debt
         for change in changes:
-            slots[change.account.account_id].durable = fut
+            row = change.account
+            slot = slots[row.account_id]
+            slot.durable = fut
+            debt += row.debt - slot.debt
+            slot.debt = row.debt
             event = change.event
             if event is not None:
                 # Counted already (the room its unit of work took): now held until pruned.
                 self._events[(event.account_id, event.event_id)] = _PendingEvent(event, fut)
+        self._debt = debt
         if key is not None:
             self._remember_key(key, fut)
         return fut
@@ -512,7 +521,6 @@ class _EmbeddedUnitOfWork:
         self._waits: list[asyncio.Future[None]] = []
         self._event_room: dict[str, int] = {}  # room taken for new event ids, by account
         self.committed: asyncio.Future[None] | None = None
-        self._debt_before = 0  # the accounts' debt when they were locked
 
     async def __aenter__(self) -> _EmbeddedUnitOfWork:
         try:
@@ -536,11 +544,7 @@ class _EmbeddedUnitOfWork:
         # batch).
         earlier = {id(s.durable): s.durable for s in self._slots.values() if s.durable is not None}
         self._waits = list(earlier.values())
-        self._debt_before = self._debt()
         return self
-
-    def _debt(self) -> int:
-        return sum(slot.state.timeline.current.debt for slot in self._slots.values())
 
     async def __aexit__(
         self,
@@ -623,4 +627,3 @@ class _EmbeddedUnitOfWork:
                 self._event_room[account_id] -= 1  # used: held by the port from now on
         if changes:
             self.committed = self._port._submit(self._slots, changes, key)
-            self._port._debt += self._debt() - self._debt_before
