@@ -418,7 +418,8 @@ class Ledger:
                 if atomic and account_id not in saved:
                     saved[account_id] = (account.timeline.copy(), account.window)
                 receipt: GrantReceipt | ConsumptionReceipt | VoidReceipt
-                clock_before = account.tracker.clock
+                # Only a batch with reads asks which accounts it wrote late to (below).
+                clock_before = account.tracker.clock if keep_entries else 0
                 if isinstance(op, GrantOp):  # grants and consumptions first: most of a batch
                     unlabelled = op.name is None and op.metadata is None
                     label = NO_LABEL if unlabelled else Label(op.name, op.metadata)
@@ -457,8 +458,8 @@ class Ledger:
                 changes.append(change)
                 if keep_entries:
                     batch_entries.setdefault(account_id, []).extend(change.entries)
-                if op.timestamp < clock_before:
-                    late.add(account_id)  # accepted behind the clock: entries out of order
+                    if op.timestamp < clock_before:
+                        late.add(account_id)  # accepted behind the clock: entries out of order
                 results.append(receipt)
             except (LedgerError, ServiceError) as exc:
                 if atomic:
@@ -488,14 +489,15 @@ class Ledger:
         resources: list[str] | None,
     ) -> tuple[Change, GrantReceipt]:
         account_id = account.account_id
-        live_before = account.tracker.live_grant_count
+        timeline = account.timeline  # its current tracker may be another after the write
+        live_before = timeline.current.live_grant_count
         try:
             change, receipt = journal.grant(
                 account, amount, timestamp, expiry, uow.live_room(account_id), label, resources
             )
         except NoLiveRoom:
             raise uow.live_quota_error(account_id) from None
-        live_added = account.tracker.live_grant_count - live_before
+        live_added = timeline.current.live_grant_count - live_before
         if live_added:
             uow.count_live(account_id, live_added)
         return change, receipt
@@ -523,10 +525,12 @@ class Ledger:
         timestamp: int,
         resource: str | None,
     ) -> tuple[Change, ConsumptionReceipt]:
-        live_before = account.tracker.live_grant_count
+        timeline = account.timeline  # its current tracker may be another after the write
+        live_before = timeline.current.live_grant_count
         change, receipt = journal.consume(account, amount, timestamp, resource)
-        if account.tracker.live_grant_count != live_before:
-            uow.count_live(account.account_id, account.tracker.live_grant_count - live_before)
+        live_added = timeline.current.live_grant_count - live_before
+        if live_added:
+            uow.count_live(account.account_id, live_added)
         return change, receipt
 
     def _key_record(
