@@ -106,6 +106,11 @@ class EmbeddedPort:
         self._slots: dict[str, _Slot] = {}
         self._accounts = 0  # slots counted against Limits.max_accounts
         self._keys: dict[tuple[str, str], _PendingKey] = {}
+        # Keys a unit of work has looked up and found free, until it ends (with the key's
+        # record submitted, or without it): another request with the same key waits for
+        # that, then looks again. A batch's key is scoped to the API key, not to its
+        # accounts, so two batches with one key over different accounts do not share a lock.
+        self._claims: dict[tuple[str, str], asyncio.Future[None]] = {}
         # Usage-stream ids by (account, event id): counted with the keys against the bounds
         # on Idempotency-Keys, as is the room units of work have taken for new ones.
         self._events: dict[tuple[str, str], _PendingEvent] = {}
@@ -520,6 +525,7 @@ class _EmbeddedUnitOfWork:
         self._locked: list[_Slot] = []
         self._waits: list[asyncio.Future[None]] = []
         self._event_room: dict[str, int] = {}  # room taken for new event ids, by account
+        self._claimed: tuple[str, str] | None = None  # the Idempotency-Key it claimed
         self.committed: asyncio.Future[None] | None = None
 
     async def __aenter__(self) -> _EmbeddedUnitOfWork:
@@ -560,6 +566,10 @@ class _EmbeddedUnitOfWork:
         await self._port._await_durable(self.committed)
 
     def _give_back(self) -> None:
+        if self._claimed is not None:
+            # After commit() submitted the key's record (if it did): a waiter finds it.
+            self._port._claims.pop(self._claimed).set_result(None)
+            self._claimed = None
         for account_id, count in self._event_room.items():
             if count:
                 self._port._give_back_event_room(account_id, count)
@@ -571,7 +581,21 @@ class _EmbeddedUnitOfWork:
             self._port._release(account_id, slot)
 
     async def stored_answer(self, scope: str, idempotency: Idempotency) -> Answer | None:
-        return await self._port._stored_answer(scope, idempotency)
+        """The key's stored answer; None once this unit of work holds the key's claim (no
+        other request with the key runs until this one has ended)."""
+        k = (scope, idempotency.key)
+        while True:
+            answer = await self._port._stored_answer(scope, idempotency)
+            if answer is not None:
+                return answer
+            claim = self._port._claims.get(k)
+            if claim is None:
+                break
+            await asyncio.shield(claim)  # another request with this key is in flight
+        assert self._claimed is None, "one key per unit of work"
+        self._port._claims[k] = asyncio.get_running_loop().create_future()
+        self._claimed = k
+        return None
 
     def make_room_for_key(self, scope: str) -> None:
         self._port._make_room_for_key(scope)
