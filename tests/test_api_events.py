@@ -294,6 +294,23 @@ async def test_ids_count_against_the_bound_on_idempotency_keys(
         assert ok(await client.get(url("acme", "balance")))["debt"] == 3
 
 
+@pytest.mark.backends("memory", "sqlite")
+async def test_an_applied_id_holds_one_place_under_the_bound_on_idempotency_keys(
+    backend: str, tmp_path: Path
+) -> None:
+    """Each applied id is one id held, from stream to stream: four places take four ids, in
+    one stream or in several (the room a line takes becomes the id it stores, not a second
+    place beside it)."""
+    settings = Settings(storage=backend, data_dir=tmp_path / "data", max_idempotency_keys=4)
+    async with running(create_app(settings)) as client:
+        for n in range(4):
+            results = await stream(client, [c(f"c-{n}", "acme", 1, n)])
+            assert [r["status"] for r in results] == [200], results
+        assert ok(await client.get(url("acme", "balance")))["debt"] == 4
+        results = await stream(client, [c("c-4", "acme", 1, 4)])
+        assert results[0]["body"]["type"] == TYPE + "idempotency-keys-full"
+
+
 # -- limits: the stream stops at the line that breaks one; what came before stays --------------
 
 

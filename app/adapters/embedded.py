@@ -301,6 +301,12 @@ class EmbeddedPort:
         assert self._event_room_taken >= 0
         Tenants.add(self._tenants.of_account(account_id), "idempotency keys", -count)
 
+    def _event_room_used(self) -> None:
+        """Room taken for an id is now the id itself, held in ``_events`` (and still counted
+        for its tenants until it is forgotten): no longer room taken beside it."""
+        self._event_room_taken -= 1
+        assert self._event_room_taken >= 0
+
     async def _event_records(
         self, keys: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], EventRecord]:
@@ -621,6 +627,7 @@ class _EmbeddedUnitOfWork:
                 account_id = change.account.account_id
                 assert self._event_room.get(account_id, 0) >= 1, "event ids take room first"
                 self._event_room[account_id] -= 1  # used: held by the port from now on
+                self._port._event_room_used()
         if changes:
             self.committed = self._port._submit(self._slots, changes, key)
             self._port._debt += self._debt() - self._debt_before
