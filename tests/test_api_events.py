@@ -311,6 +311,23 @@ async def test_an_applied_id_holds_one_place_under_the_bound_on_idempotency_keys
         assert results[0]["body"]["type"] == TYPE + "idempotency-keys-full"
 
 
+@pytest.mark.backends("memory", "sqlite")
+async def test_a_refused_line_holds_no_place_under_the_bound_on_idempotency_keys(
+    backend: str, tmp_path: Path
+) -> None:
+    """A line refused (here: too late) takes no id, so it leaves the room for the lines after
+    it in the same chunk, and is answered with its own refusal, not as if the bound were
+    reached."""
+    settings = Settings(storage=backend, data_dir=tmp_path / "data", max_idempotency_keys=2)
+    async with running(create_app(settings)) as client:
+        lines = [c("first", "acme", 1, 10)]
+        lines += [c(f"late-{n}", "acme", 1, 1) for n in range(3)]
+        lines += [c("second", "acme", 1, 10)]
+        results = await stream(client, lines)
+        assert [r["status"] for r in results] == [200, 409, 409, 409, 200], results
+        assert ok(await client.get(url("acme", "balance")))["debt"] == 2
+
+
 # -- limits: the stream stops at the line that breaks one; what came before stays --------------
 
 

@@ -587,6 +587,11 @@ class _EmbeddedUnitOfWork:
         self._port._take_event_room(account_id)
         self._event_room[account_id] = self._event_room.get(account_id, 0) + 1
 
+    def give_back_event_room(self, account_id: str) -> None:
+        assert self._event_room.get(account_id, 0) >= 1, "room was taken"
+        self._event_room[account_id] -= 1
+        self._port._give_back_event_room(account_id, 1)
+
     def account(self, account_id: str) -> AccountState | None:
         state = self._slots[account_id].state
         return state if state.exists else None
