@@ -655,3 +655,29 @@ async def test_unread_results_past_the_bound_stop_the_stream(
     assert events._Sender.unsent_bytes_total == 0
     body = ok(await client.get(url("acct-u", "balance")))
     assert body["debt"] == len(applied)  # the first chunk only
+
+
+async def test_error_results_count_toward_the_bound_on_unread_results(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line of unknown members is answered with one error per member, ten times its own
+    size: such lines are cut into chunks by the bytes of their results, so a stream whose
+    client does not read stops near the bound on unread results, not a body's worth of
+    results past it (a 64 MiB body of them held about 2 GB)."""
+    from app.api import events
+
+    bound = 3 * 2**20
+    monkeypatch.setattr(events, "MAX_UNSENT_RESULT_BYTES", bound)
+    members = ",".join(f'"m{n}":1' for n in range(12_000))
+    line = '{"id":"x","op":"consume",' + members + "}"
+    assert len(line) < 128 * 1024
+    results = await stream(client, [line] * 20 + [c("after", "acct-e", 1, 0)])
+    *answered, stop = results
+    assert [r["status"] for r in answered] == [422] * len(answered)
+    assert len(answered[0]["body"]["errors"]) == 12_003  # every member named, 3 missing
+    assert (stop["line"], stop["status"]) == (len(answered) + 1, 503), stop
+    assert stop["body"]["type"].endswith(":results-unread")
+    answered_bytes = sum(len(json.dumps(r, separators=(",", ":"))) for r in answered)
+    assert answered_bytes < bound + 6 * 2**20, answered_bytes
+    assert events._Sender.unsent_bytes_total == 0
+    await assert_absent(client, "acct-e")
