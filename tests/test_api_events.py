@@ -294,6 +294,40 @@ async def test_ids_count_against_the_bound_on_idempotency_keys(
         assert ok(await client.get(url("acme", "balance")))["debt"] == 3
 
 
+@pytest.mark.backends("memory", "sqlite")
+async def test_an_applied_id_holds_one_place_under_the_bound_on_idempotency_keys(
+    backend: str, tmp_path: Path
+) -> None:
+    """Each applied id is one id held, from stream to stream: four places take four ids, in
+    one stream or in several (the room a line takes becomes the id it stores, not a second
+    place beside it)."""
+    settings = Settings(storage=backend, data_dir=tmp_path / "data", max_idempotency_keys=4)
+    async with running(create_app(settings)) as client:
+        for n in range(4):
+            results = await stream(client, [c(f"c-{n}", "acme", 1, n)])
+            assert [r["status"] for r in results] == [200], results
+        assert ok(await client.get(url("acme", "balance")))["debt"] == 4
+        results = await stream(client, [c("c-4", "acme", 1, 4)])
+        assert results[0]["body"]["type"] == TYPE + "idempotency-keys-full"
+
+
+@pytest.mark.backends("memory", "sqlite")
+async def test_a_refused_line_holds_no_place_under_the_bound_on_idempotency_keys(
+    backend: str, tmp_path: Path
+) -> None:
+    """A line refused (here: too late) takes no id, so it leaves the room for the lines after
+    it in the same chunk, and is answered with its own refusal, not as if the bound were
+    reached."""
+    settings = Settings(storage=backend, data_dir=tmp_path / "data", max_idempotency_keys=2)
+    async with running(create_app(settings)) as client:
+        lines = [c("first", "acme", 1, 10)]
+        lines += [c(f"late-{n}", "acme", 1, 1) for n in range(3)]
+        lines += [c("second", "acme", 1, 10)]
+        results = await stream(client, lines)
+        assert [r["status"] for r in results] == [200, 409, 409, 409, 200], results
+        assert ok(await client.get(url("acme", "balance")))["debt"] == 2
+
+
 # -- limits: the stream stops at the line that breaks one; what came before stays --------------
 
 
@@ -621,3 +655,29 @@ async def test_unread_results_past_the_bound_stop_the_stream(
     assert events._Sender.unsent_bytes_total == 0
     body = ok(await client.get(url("acct-u", "balance")))
     assert body["debt"] == len(applied)  # the first chunk only
+
+
+async def test_error_results_count_toward_the_bound_on_unread_results(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line of unknown members is answered with one error per member, ten times its own
+    size: such lines are cut into chunks by the bytes of their results, so a stream whose
+    client does not read stops near the bound on unread results, not a body's worth of
+    results past it (a 64 MiB body of them held about 2 GB)."""
+    from app.api import events
+
+    bound = 3 * 2**20
+    monkeypatch.setattr(events, "MAX_UNSENT_RESULT_BYTES", bound)
+    members = ",".join(f'"m{n}":1' for n in range(12_000))
+    line = '{"id":"x","op":"consume",' + members + "}"
+    assert len(line) < 128 * 1024
+    results = await stream(client, [line] * 20 + [c("after", "acct-e", 1, 0)])
+    *answered, stop = results
+    assert [r["status"] for r in answered] == [422] * len(answered)
+    assert len(answered[0]["body"]["errors"]) == 12_003  # every member named, 3 missing
+    assert (stop["line"], stop["status"]) == (len(answered) + 1, 503), stop
+    assert stop["body"]["type"].endswith(":results-unread")
+    answered_bytes = sum(len(json.dumps(r, separators=(",", ":"))) for r in answered)
+    assert answered_bytes < bound + 6 * 2**20, answered_bytes
+    assert events._Sender.unsent_bytes_total == 0
+    await assert_absent(client, "acct-e")

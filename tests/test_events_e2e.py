@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support.server_process import ServerProcess
 
@@ -184,3 +185,48 @@ def test_a_server_killed_mid_stream_resumes_exactly(tmp_path: Path) -> None:
         _assert_applied_once(second.base_url, "crash", results)
     finally:
         second.stop()
+
+
+@pytest.mark.xfail(
+    raises=httpx.WriteTimeout,
+    strict=True,
+    reason=(
+        "known defect: once a stream stops early, the server stops reading the body and "
+        "waits to send results that a client sending its whole body first reads only after"
+    ),
+)
+def test_a_stream_stopped_early_answers_a_client_that_sends_everything_first(
+    tmp_path: Path,
+) -> None:
+    """httpx sends the whole body before it reads (README, Usage streams: such a client
+    does not stall the stream). A stream that stops at its line limit with more body to
+    come, and more results than the connection's buffers hold, must still end with its
+    results and the stop line, not hold the client until its write timeout."""
+    limit = 20_000
+    server = ServerProcess(tmp_path / "data", env={"GPU_CREDITS_MAX_EVENT_LINES": str(limit)})
+    server.start()
+    try:
+        lines = [
+            json.dumps(
+                {
+                    "id": f"i{n}",
+                    "op": "consume",
+                    "account_id": f"e2e-stop-{n % 50}",
+                    "amount": 1,
+                    "timestamp": 0,
+                }
+            ).encode()
+            + b"\n"
+            for n in range(300_000)
+        ]
+        response = httpx.post(
+            f"{server.base_url}/v1/events",
+            content=b"".join(lines),
+            headers={"content-type": "application/x-ndjson"},
+            timeout=httpx.Timeout(20.0),
+        )
+        results = [json.loads(line) for line in response.text.splitlines()]
+        assert len(results) == limit + 1
+        assert results[-1]["status"] == 413
+    finally:
+        server.stop()

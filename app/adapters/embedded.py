@@ -309,6 +309,12 @@ class EmbeddedPort:
         assert self._event_room_taken >= 0
         Tenants.add(self._tenants.of_account(account_id), "idempotency keys", -count)
 
+    def _event_room_used(self) -> None:
+        """Room taken for an id is now the id itself, held in ``_events`` (and still counted
+        for its tenants until it is forgotten): no longer room taken beside it."""
+        self._event_room_taken -= 1
+        assert self._event_room_taken >= 0
+
     async def _event_records(
         self, keys: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], EventRecord]:
@@ -609,6 +615,11 @@ class _EmbeddedUnitOfWork:
         self._port._take_event_room(account_id)
         self._event_room[account_id] = self._event_room.get(account_id, 0) + 1
 
+    def give_back_event_room(self, account_id: str) -> None:
+        assert self._event_room.get(account_id, 0) >= 1, "room was taken"
+        self._event_room[account_id] -= 1
+        self._port._give_back_event_room(account_id, 1)
+
     def account(self, account_id: str) -> AccountState | None:
         state = self._slots[account_id].state
         return state if state.exists else None
@@ -649,5 +660,6 @@ class _EmbeddedUnitOfWork:
                 account_id = change.account.account_id
                 assert self._event_room.get(account_id, 0) >= 1, "event ids take room first"
                 self._event_room[account_id] -= 1  # used: held by the port from now on
+                self._port._event_room_used()
         if changes:
             self.committed = self._port._submit(self._slots, changes, key)

@@ -442,6 +442,9 @@ class _PgUnitOfWork:
     def take_event_room(self, account_id: str) -> None:
         return None  # event ids live in the database here, as keys do
 
+    def give_back_event_room(self, account_id: str) -> None:
+        return None
+
     def account(self, account_id: str) -> AccountState | None:
         return self._slots[account_id].state if account_id in self._rows else None
 

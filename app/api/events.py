@@ -83,6 +83,13 @@ NDJSON: Final = "application/x-ndjson"
 # the writer: the reader waits while that many are queued.
 CHUNK_LINES: Final = 2_000
 MAX_QUEUED_LINES: Final = 2 * CHUNK_LINES
+# The error results of invalid lines, rendered when the line is read: one chunk holds at
+# most about this many bytes of them, and the reader waits while twice as many are queued.
+# An error result can be ten times its line (a 128 KiB line of unknown members names each
+# one), so bounding lines alone would let one stream's body queue gigabytes of results, and
+# one chunk go far past MAX_UNSENT_RESULT_BYTES.
+CHUNK_ERROR_BYTES: Final = 4 * 2**20
+MAX_QUEUED_ERROR_BYTES: Final = 2 * CHUNK_ERROR_BYTES
 
 log = logging.getLogger("app.events")
 
@@ -143,12 +150,16 @@ class _Line:
 
 @dataclass(slots=True)
 class _Bad:
-    """A line answered with an error without reaching the ledger; the stream goes on."""
+    """A line answered with an error without reaching the ledger; the stream goes on. Its
+    result line is rendered at once (the problem's objects are several times its bytes)."""
 
     number: int
     event_id: str | None
-    problem: dict[str, Any]
-    status: int
+    answer: bytes
+
+    @classmethod
+    def of(cls, number: int, event_id: str | None, problem: dict[str, Any], status: int) -> _Bad:
+        return cls(number, event_id, _error_line(number, event_id, status, problem))
 
 
 @dataclass(slots=True)
@@ -215,7 +226,7 @@ def parse_line(number: int, raw: bytes) -> _Line | _Bad:
         value = loads_strict(raw)
     except json.JSONDecodeError as exc:
         detail = f"line {number} could not be parsed as JSON: {exc.msg}"
-        return _Bad(number, None, _problem(MALFORMED_JSON, detail), MALFORMED_JSON.status)
+        return _Bad.of(number, None, _problem(MALFORMED_JSON, detail), MALFORMED_JSON.status)
     claimed = value.get("id") if isinstance(value, dict) else None
     event_id = claimed if isinstance(claimed, str) and _ID_RE.fullmatch(claimed) else None
     try:
@@ -224,7 +235,7 @@ def parse_line(number: int, raw: bytes) -> _Line | _Bad:
         issues = [validation_issue(e, prefix=("line",)) for e in exc.errors(include_url=False)]
         fields = ", ".join(".".join(str(p) for p in i["loc"][1:]) or "line" for i in issues)
         detail = f"line {number} is invalid: {fields}"
-        return _Bad(number, event_id, _problem(VALIDATION, detail, errors=issues), 422)
+        return _Bad.of(number, event_id, _problem(VALIDATION, detail, errors=issues), 422)
     op = _operation(line)
     return _Line(number, line.id, _fingerprint(op), op, _SCOPE_OF[line.op])
 
@@ -249,6 +260,7 @@ class EventStream(Response):
         self._key = key
         self._limits = limits
         self._queue: deque[_Item] = deque()
+        self._queued_error_bytes = 0  # of the _Bad answers in the queue
         self._queued = asyncio.Event()  # for the writer: something to take
         self._room = asyncio.Event()  # for the reader: the queue has room
 
@@ -270,7 +282,15 @@ class EventStream(Response):
 
     def _put(self, item: _Item) -> None:
         self._queue.append(item)
+        if isinstance(item, _Bad):
+            self._queued_error_bytes += len(item.answer)
         self._queued.set()
+
+    def _queue_full(self) -> bool:
+        return (
+            len(self._queue) >= MAX_QUEUED_LINES
+            or self._queued_error_bytes >= MAX_QUEUED_ERROR_BYTES
+        )
 
     async def _read(self, receive: Receive) -> None:
         try:
@@ -287,9 +307,6 @@ class EventStream(Response):
         counted = 0  # lines that are not blank
         size = 0  # body bytes so far
         while True:
-            while len(self._queue) >= MAX_QUEUED_LINES:
-                self._room.clear()
-                await self._room.wait()
             message = await self._next_message(receive)
             if message is None:
                 detail = f"no part of the body arrived for {limits.idle_timeout_s:g} s"
@@ -336,6 +353,9 @@ class EventStream(Response):
                     )
                     self._put(_Stop(number, _problem(TOO_MANY_LINES, detail), 413))
                     return
+                while self._queue_full():  # one part of the body may hold many lines
+                    self._room.clear()
+                    await self._room.wait()
                 self._put(parse_line(number, raw))
             if not more:
                 self._put(_Stop(number + 1))
@@ -392,12 +412,14 @@ class EventStream(Response):
             return
 
     def _take_chunk(self) -> list[_Line | _Bad]:
-        """The queued lines up to the next stop, at most CHUNK_LINES, cut before a line
-        that names an account and id the chunk has already."""
+        """The queued lines up to the next stop, at most CHUNK_LINES and about
+        CHUNK_ERROR_BYTES of error results, cut before a line that names an account and id
+        the chunk has already."""
         chunk: list[_Line | _Bad] = []
         seen: set[tuple[str, str]] = set()
         queue = self._queue
-        while queue and len(chunk) < CHUNK_LINES:
+        error_bytes = 0
+        while queue and len(chunk) < CHUNK_LINES and error_bytes < CHUNK_ERROR_BYTES:
             item = queue[0]
             if isinstance(item, _Stop):
                 break
@@ -406,8 +428,11 @@ class EventStream(Response):
                 if key in seen:
                     break
                 seen.add(key)
+            else:
+                error_bytes += len(item.answer)
             chunk.append(item)
             queue.popleft()
+        self._queued_error_bytes -= error_bytes
         self._room.set()
         return chunk
 
@@ -418,7 +443,7 @@ class EventStream(Response):
         lines: list[_Line] = []
         for item in chunk:
             if isinstance(item, _Bad):
-                answers.append(_error_line(item.number, item.event_id, item.status, item.problem))
+                answers.append(item.answer)
                 continue
             try:
                 authorize(self._key, item.scope, item.op.account_id, where=f"line {item.number}: ")

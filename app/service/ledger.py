@@ -342,11 +342,6 @@ class Ledger:
                             record.account_id, record.event_id, record.sequence
                         )
                     continue
-                try:
-                    uow.take_event_room(line.op.account_id)
-                except ServiceError as exc:
-                    answers[index] = _without_traceback(exc)
-                    continue
                 fresh.append(index)
             changes: list[Change] = []
             applied: tuple[Sequence[Operation], BatchOutcome] | None = None
@@ -354,7 +349,9 @@ class Ledger:
                 operations = [lines[i].op for i in fresh]
                 held = {a: s for a in account_ids if (s := uow.account(a)) is not None}
                 records = await _grant_records(operations, held, uow)
-                outcome, changes = self._apply_batch(uow, operations, False, held, {}, records)
+                outcome, changes = self._apply_batch(
+                    uow, operations, False, held, {}, records, event_ids=True
+                )
                 now_s = self._wall_clock_s()
                 made = iter(changes)
                 for index, result in zip(fresh, outcome.results, strict=True):
@@ -390,11 +387,14 @@ class Ledger:
         accounts: dict[str, AccountState],
         baselines: dict[BaselineKey, BalanceView],
         records: dict[tuple[str, int], GrantRecord],
+        event_ids: bool = False,
     ) -> tuple[BatchOutcome, list[Change]]:
         """Apply in order, without awaiting anything. ``accounts`` holds the existing
         accounts and gains those the batch creates, in operation order, exactly as single
         requests would. ``baselines`` answers balance reads at a time before the batch's own
-        entries (see ``_balance_baselines``)."""
+        entries (see ``_balance_baselines``). ``event_ids`` (a stream's chunk): each
+        operation first takes room for the id it will store, and a refused one gives it back
+        at once, so it holds no place the operations after it need."""
         saved: dict[str, tuple[AccountTimeline, int | None]] = {}
         results: list[Result | Exception] = []
         changes: list[Change] = []
@@ -409,7 +409,11 @@ class Ledger:
         late: set[str] = set()
         for index, op in enumerate(operations):
             account_id = op.account_id
+            room_taken = False
             try:
+                if event_ids:
+                    uow.take_event_room(account_id)
+                    room_taken = True
                 account = accounts.get(account_id)
                 if account is None:
                     if isinstance(op, BalanceOp):
@@ -462,6 +466,8 @@ class Ledger:
                         late.add(account_id)  # accepted behind the clock: entries out of order
                 results.append(receipt)
             except (LedgerError, ServiceError) as exc:
+                if room_taken:
+                    uow.give_back_event_room(account_id)
                 if atomic:
                     for saved_id, (timeline, window) in saved.items():
                         current = accounts[saved_id]

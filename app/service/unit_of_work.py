@@ -54,6 +54,10 @@ class UnitOfWork(Protocol):
         a committed change's ``event`` is given back when the unit of work ends."""
         ...
 
+    def give_back_event_room(self, account_id: str) -> None:
+        """Room taken with ``take_event_room`` for a line that was refused: free at once."""
+        ...
+
     def account(self, account_id: str) -> AccountState | None:
         """An existing account among the locked ones, current; None if it has no writes."""
         ...
