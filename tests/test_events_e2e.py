@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.support.server_process import ServerProcess
 
@@ -187,14 +186,6 @@ def test_a_server_killed_mid_stream_resumes_exactly(tmp_path: Path) -> None:
         second.stop()
 
 
-@pytest.mark.xfail(
-    raises=httpx.WriteTimeout,
-    strict=True,
-    reason=(
-        "known defect: once a stream stops early, the server stops reading the body and "
-        "waits to send results that a client sending its whole body first reads only after"
-    ),
-)
 def test_a_stream_stopped_early_answers_a_client_that_sends_everything_first(
     tmp_path: Path,
 ) -> None:

@@ -263,6 +263,7 @@ class EventStream(Response):
         self._queued_error_bytes = 0  # of the _Bad answers in the queue
         self._queued = asyncio.Event()  # for the writer: something to take
         self._room = asyncio.Event()  # for the reader: the queue has room
+        self._stopped = False  # the writer has answered its last line: read no more lines
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
@@ -270,6 +271,10 @@ class EventStream(Response):
         sender = _Sender(send)
         try:
             await self._write(sender)
+            # The reader, if still reading (the writer stopped the stream), drops the rest
+            # of the body from here on: see _drain.
+            self._stopped = True
+            self._room.set()
             await sender.close()  # every result line sent, then the end of the body
         finally:
             for task in (reader, sender.task):
@@ -335,6 +340,8 @@ class EventStream(Response):
                         "lines before it were applied"
                     )
                     self._put(_Stop(number + 1, _problem(LINE_TOO_LONG, detail), 413))
+                    if more:
+                        await self._drain(receive, size)
                     return
                 if last and more:
                     break  # the line goes on in the next part of the body
@@ -352,13 +359,34 @@ class EventStream(Response):
                         "carry; send the rest in another request"
                     )
                     self._put(_Stop(number, _problem(TOO_MANY_LINES, detail), 413))
+                    if more:
+                        await self._drain(receive, size)
                     return
-                while self._queue_full():  # one part of the body may hold many lines
+                while self._queue_full() and not self._stopped:  # a part may hold many lines
                     self._room.clear()
                     await self._room.wait()
+                if self._stopped:  # no line after the writer's last is applied or answered
+                    if more:
+                        await self._drain(receive, size)
+                    return
                 self._put(parse_line(number, raw))
             if not more:
                 self._put(_Stop(number + 1))
+                return
+
+    async def _drain(self, receive: Receive, size: int) -> None:
+        """Read the rest of a stopped stream's body and drop it: a client that sends its
+        whole body before it reads (as many HTTP clients do) can then finish sending and read
+        the results and the stop line, where it would otherwise wait on a server that waits
+        for it to read. Bounded as the body is: it stops at the body limit (``size``: the
+        bytes read so far), after an idle timeout, or when the client is gone."""
+        limits = self._limits
+        while size <= limits.max_body_bytes:
+            message = await self._next_message(receive)
+            if message is None or message["type"] == "http.disconnect":
+                return
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False):
                 return
 
     async def _next_message(self, receive: Receive) -> Message | None:
