@@ -56,8 +56,8 @@ class ClassAsOfUnsupported(ServiceError):
 class IdempotencyKeyReused(ServiceError):
     def __init__(self, key: str) -> None:
         super().__init__(
-            f"Idempotency-Key {key!r} was already used on this account with a different "
-            "operation or body"
+            f"Idempotency-Key {key!r} was already used with a different operation or body "
+            "(a key is scoped to its account; on a batch, to the API key that sent it)"
         )
 
 
