@@ -310,7 +310,8 @@ class EventStream(Response):
         tail = bytearray()  # the line being received
         number = 0  # lines ended so far (blank ones too)
         counted = 0  # lines that are not blank
-        size = 0  # body bytes so far
+        size = 0  # body bytes so far, up to the line being read
+        received = 0  # body bytes received, the rest of the current part included
         while True:
             message = await self._next_message(receive)
             if message is None:
@@ -321,6 +322,7 @@ class EventStream(Response):
                 self._put(_Stop(number + 1, gone=True))
                 return
             data: bytes = message.get("body", b"")
+            received += len(data)
             more = bool(message.get("more_body", False))
             pieces = data.split(b"\n")
             for index, piece in enumerate(pieces):
@@ -341,7 +343,7 @@ class EventStream(Response):
                     )
                     self._put(_Stop(number + 1, _problem(LINE_TOO_LONG, detail), 413))
                     if more:
-                        await self._drain(receive, size)
+                        await self._drain(receive, received)
                     return
                 if last and more:
                     break  # the line goes on in the next part of the body
@@ -360,32 +362,33 @@ class EventStream(Response):
                     )
                     self._put(_Stop(number, _problem(TOO_MANY_LINES, detail), 413))
                     if more:
-                        await self._drain(receive, size)
+                        await self._drain(receive, received)
                     return
                 while self._queue_full() and not self._stopped:  # a part may hold many lines
                     self._room.clear()
                     await self._room.wait()
                 if self._stopped:  # no line after the writer's last is applied or answered
                     if more:
-                        await self._drain(receive, size)
+                        await self._drain(receive, received)
                     return
                 self._put(parse_line(number, raw))
             if not more:
                 self._put(_Stop(number + 1))
                 return
 
-    async def _drain(self, receive: Receive, size: int) -> None:
+    async def _drain(self, receive: Receive, received: int) -> None:
         """Read the rest of a stopped stream's body and drop it: a client that sends its
         whole body before it reads (as many HTTP clients do) can then finish sending and read
         the results and the stop line, where it would otherwise wait on a server that waits
-        for it to read. Bounded as the body is: it stops at the body limit (``size``: the
-        bytes read so far), after an idle timeout, or when the client is gone."""
+        for it to read. Bounded as the body is: it stops once the body passes its limit
+        (``received``: the bytes received so far), after an idle timeout, or when the client
+        is gone."""
         limits = self._limits
-        while size <= limits.max_body_bytes:
+        while received <= limits.max_body_bytes:
             message = await self._next_message(receive)
             if message is None or message["type"] == "http.disconnect":
                 return
-            size += len(message.get("body", b""))
+            received += len(message.get("body", b""))
             if not message.get("more_body", False):
                 return
 
