@@ -2,12 +2,14 @@
 
 A young collection scans every tracked object allocated since the last one that is still
 alive. Under batch load that is every batch in flight: about a dozen objects per operation
-(counted at collections: the request's model and its set of fields, the service's operation,
-the change, its account row, entry and live grant, the receipt, tuples), all of which die as
-the answers go out. With a fixed threshold the collector rescans them again and again and
-finds nothing. So the threshold grows with the operations in flight (``batch_in_flight``)
-and comes back when they are answered: what triggers a collection is then what else was
-allocated (garbage that may hold a cycle, and what the ledger keeps), not the batches.
+when measured (counted at collections: the request's model and its set of fields, the
+service's operation, the change, its account row, entry and live grant, the receipt, tuples;
+a few fewer since the operations became dataclasses and the common write lost its ledger
+line), all of which die as the answers go out. With a fixed threshold the collector
+rescans them again and again and finds nothing. So the threshold grows with the operations
+in flight (``batch_in_flight``) and comes back when they are answered: what triggers a
+collection is then what else was allocated (garbage that may hold a cycle, and what the
+ledger keeps), not the batches.
 Measured in process on SQLite (a file grown by the run before): 32 clients posting 1,000-op
 batches collected 7 times in 192 batches (1.9 us per operation), then once (0.9); two
 clients posting 10,000-op batches 16 times in 16 (2.4 to 2.6 us per operation, the loop's
@@ -31,7 +33,8 @@ from typing import Final
 # generation is collected about as often as with (50,000, 50): every 2.5 million objects.
 GC_THRESHOLDS: Final = (100_000, 25, 100)
 # Tracked objects an operation keeps alive while its batch is in flight (counted with
-# gc.get_objects(0) under load: 12.2 for grants and consumptions), with room to spare.
+# gc.get_objects(0) under load: 12.2 for grants and consumptions, before the changes that
+# made fewer), with room to spare: an upper bound.
 OBJECTS_PER_OPERATION: Final = 16
 # The most the young threshold grows: 2 million objects more, 125,000 operations in flight
 # (the benchmark's heaviest load, 32 batches of 1,000, needs 512,000). The request limits do
