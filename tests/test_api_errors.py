@@ -308,3 +308,35 @@ async def test_405_allow_header_lists_every_allowed_method(
     r = await client.request(method, path, json=GOOD_GRANT)
     assert_problem(r, 405)
     assert {m.strip() for m in r.headers["allow"].split(",")} == allowed
+
+
+# -- many mistakes in one body ------------------------------------------------------------
+
+
+@before_storage
+async def test_a_body_of_many_mistakes_lists_the_first_hundred_and_counts_them_all(
+    client: httpx.AsyncClient,
+) -> None:
+    """A 422 lists the first 100 offending fields (``errors_total`` counts them all) and its
+    detail names the first 10: an answer stays small whatever the body holds (before the
+    cap, 150 bad operations answered 150 issues and a detail naming each)."""
+    operations = [
+        {"op": "grant", "account_id": f"a{n}", "amount": -1, "timestamp": 1, "expiry": 5}
+        for n in range(150)
+    ]
+    problem = assert_problem(await client.post("/v1/batch", json={"operations": operations}), 422)
+    assert problem["errors_total"] == 150
+    assert [e["loc"] for e in problem["errors"]] == [
+        ["body", "operations", n, "grant", "amount"] for n in range(100)
+    ]
+    named = ", ".join(f"body.operations.{n}.grant.amount" for n in range(10))
+    assert problem["detail"] == f"invalid request: {named} and 140 more"
+    for n in (0, 149):
+        await assert_absent(client, f"a{n}")
+    # At the cap, all are listed and none is counted apart.
+    problem = assert_problem(
+        await client.post("/v1/batch", json={"operations": operations[:100]}), 422
+    )
+    assert len(problem["errors"]) == 100
+    assert "errors_total" not in problem
+    assert problem["detail"].endswith(" and 90 more")

@@ -53,7 +53,7 @@ from app.api.problems import (
     Described,
     ProblemType,
     describe,
-    validation_issue,
+    validation_summary,
 )
 from app.api.schemas import (
     EVENT_ID_PATTERN,
@@ -232,10 +232,10 @@ def parse_line(number: int, raw: bytes) -> _Line | _Bad:
     try:
         line = _LINE.validate_python(value)
     except ValidationError as exc:
-        issues = [validation_issue(e, prefix=("line",)) for e in exc.errors(include_url=False)]
-        fields = ", ".join(".".join(str(p) for p in i["loc"][1:]) or "line" for i in issues)
+        errors = exc.errors(include_url=False)
+        fields, listed = validation_summary(errors, prefix=("line",), whole="line")
         detail = f"line {number} is invalid: {fields}"
-        return _Bad.of(number, event_id, _problem(VALIDATION, detail, errors=issues), 422)
+        return _Bad.of(number, event_id, _problem(VALIDATION, detail, **listed), 422)
     op = _operation(line)
     return _Line(number, line.id, _fingerprint(op), op, _SCOPE_OF[line.op])
 

@@ -807,7 +807,18 @@ class Problem(BaseModel):
         ),
     )
     errors: list[ValidationIssue] | None = Field(
-        None, description="For validation problems: each offending field."
+        None,
+        description=(
+            "For validation problems: each offending field, in the order found; at most the "
+            "first 100 (then `errors_total` says how many there were)."
+        ),
+    )
+    errors_total: int | None = Field(
+        None,
+        description=(
+            "For validation problems with more than 100 offending fields: how many; "
+            "`errors` lists the first 100."
+        ),
     )
     account_timestamp: int | None = Field(
         None, description="For a timestamp regression: the account's latest timestamp."
