@@ -448,12 +448,14 @@ class EmbeddedPort:
 
     async def grant_view(self, account_id: str, grant_id: int) -> GrantView:
         slot = self._existing(account_id)
+        # The entry (restated by a late write before the grant: its settled debt, what it
+        # kept) and what is left of the grant, of one moment: both under the lock, once the
+        # account's changes so far are durable, so no write of the account lands in between.
         async with slot.lock:
-            fut = slot.durable
+            await self._await_durable(slot.durable)
             live = slot.state.tracker.live_grant(grant_id)
             remaining = 0 if live is None else live.remaining
-        await self._await_durable(fut)
-        entry = await self._store.read_grant_entry(account_id, grant_id)
+            entry = await self._store.read_grant_entry(account_id, grant_id)
         return grant_view_of(account_id, grant_id, entry, remaining)
 
     async def grant_entries(

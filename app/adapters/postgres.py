@@ -324,10 +324,12 @@ class PostgresPort:
         )
 
     async def grant_view(self, account_id: str, grant_id: int) -> GrantView:
-        live = (await self._snapshot(account_id))[1].live_grant(grant_id)  # 404: unknown account
-        remaining = 0 if live is None else live.remaining
-        entry = await self._read(self._pg.read_grant_entry(account_id, grant_id))
-        return grant_view_of(account_id, grant_id, entry, remaining)
+        # The entry and what is left of the grant from one snapshot: a late write restates
+        # both (the entry's settled debt and what it kept) in one commit.
+        found = await self._read(self._pg.read_grant_now(account_id, grant_id))
+        if found is None:
+            raise AccountNotFound(account_id)
+        return grant_view_of(account_id, grant_id, *found)
 
     async def grant_entries(
         self, account_id: str, grant_ids: Sequence[int]

@@ -840,6 +840,32 @@ class PostgresStore:
         async with self._connection() as conn:
             return (await _grant_record(conn, account_id, grant_id))[1]
 
+    async def read_grant_now(
+        self, account_id: str, grant_id: int
+    ) -> tuple[Entry | None, int] | None:
+        """A grant's entry and what is left of it at the clock (0 once used up, expired or
+        voided), from one snapshot: a late write restates both together (the entry's settled
+        debt and what it kept). None for an unknown account."""
+        async with (
+            self._connection() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            row = await conn.fetchrow(
+                "SELECT (SELECT remaining FROM live_grants g WHERE g.account_id = a.account_id "
+                "AND g.grant_id = $2) AS remaining FROM accounts a WHERE a.account_id = $1",
+                account_id,
+                grant_id,
+            )
+            if row is None:
+                return None
+            found = await conn.fetchrow(
+                f"SELECT {_ENTRY_COLUMNS} FROM entries "
+                "WHERE account_id = $1 AND grant_id = $2 AND kind = 'grant'",
+                account_id,
+                grant_id,
+            )
+        return (None if found is None else _entry(found)), row["remaining"] or 0
+
     async def read_grant_entry(self, account_id: str, grant_id: int) -> Entry | None:
         async with self._connection() as conn:
             row = await conn.fetchrow(
