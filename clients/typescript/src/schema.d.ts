@@ -1396,9 +1396,14 @@ export interface components {
             request_id?: string | null;
             /**
              * Errors
-             * @description For validation problems: each offending field.
+             * @description For validation problems: each offending field, in the order found; at most the first 100 (then `errors_total` says how many there were).
              */
             errors?: components["schemas"]["ValidationIssue"][] | null;
+            /**
+             * Errors Total
+             * @description For validation problems with more than 100 offending fields: how many; `errors` lists the first 100.
+             */
+            errors_total?: number | null;
             /**
              * Account Timestamp
              * @description For a timestamp regression: the account's latest timestamp.

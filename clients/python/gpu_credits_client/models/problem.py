@@ -31,7 +31,10 @@ class Problem:
             every problem document answered to a request; absent only on the few the HTTP layer writes before a request is
             complete (400 malformed HTTP, 408 headers too slow, 414, 431, 429, 503 at the connection limit), and inside
             batch results.
-        errors (list[ValidationIssue] | None | Unset): For validation problems: each offending field.
+        errors (list[ValidationIssue] | None | Unset): For validation problems: each offending field, in the order
+            found; at most the first 100 (then `errors_total` says how many there were).
+        errors_total (int | None | Unset): For validation problems with more than 100 offending fields: how many;
+            `errors` lists the first 100.
         account_timestamp (int | None | Unset): For a timestamp regression: the account's latest timestamp.
         watermark (int | None | Unset): For a timestamp regression: the account's watermark; a write must have a
             timestamp at or after it (SPEC section 6).
@@ -53,6 +56,7 @@ class Problem:
     instance: None | str | Unset = UNSET
     request_id: None | str | Unset = UNSET
     errors: list[ValidationIssue] | None | Unset = UNSET
+    errors_total: int | None | Unset = UNSET
     account_timestamp: int | None | Unset = UNSET
     watermark: int | None | Unset = UNSET
     limit: int | None | Unset = UNSET
@@ -98,6 +102,12 @@ class Problem:
 
         else:
             errors = self.errors
+
+        errors_total: int | None | Unset
+        if isinstance(self.errors_total, Unset):
+            errors_total = UNSET
+        else:
+            errors_total = self.errors_total
 
         account_timestamp: int | None | Unset
         if isinstance(self.account_timestamp, Unset):
@@ -171,6 +181,8 @@ class Problem:
             field_dict["request_id"] = request_id
         if errors is not UNSET:
             field_dict["errors"] = errors
+        if errors_total is not UNSET:
+            field_dict["errors_total"] = errors_total
         if account_timestamp is not UNSET:
             field_dict["account_timestamp"] = account_timestamp
         if watermark is not UNSET:
@@ -245,6 +257,15 @@ class Problem:
             return cast(list[ValidationIssue] | None | Unset, data)
 
         errors = _parse_errors(d.pop("errors", UNSET))
+
+        def _parse_errors_total(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        errors_total = _parse_errors_total(d.pop("errors_total", UNSET))
 
         def _parse_account_timestamp(data: object) -> int | None | Unset:
             if data is None:
@@ -343,6 +364,7 @@ class Problem:
             instance=instance,
             request_id=request_id,
             errors=errors,
+            errors_total=errors_total,
             account_timestamp=account_timestamp,
             watermark=watermark,
             limit=limit,
