@@ -8,6 +8,7 @@ applied once: nothing lost, nothing doubled.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -219,5 +220,40 @@ def test_a_stream_stopped_early_answers_a_client_that_sends_everything_first(
         results = [json.loads(line) for line in response.text.splitlines()]
         assert len(results) == limit + 1
         assert results[-1]["status"] == 413
+    finally:
+        server.stop()
+
+
+def test_a_stream_is_not_cut_off_while_the_server_is_busy_applying_it(tmp_path: Path) -> None:
+    """The idle timeout (408 ``stream-timeout``) is the client's pause, not the server's.
+    Late lines, each replayed over the writes after it, make a chunk take longer to apply
+    than the timeout, and the event loop is busy meanwhile: its timer then ran late, before
+    the loop polled the socket where the client's next part was waiting, and the stream was
+    stopped though the client had sent its whole body at once (line 6969 of 10,000 here)."""
+    timeout_s = 0.1
+    env = {"GPU_CREDITS_LATENESS_WINDOW": "1000000", "GPU_CREDITS_BODY_TIMEOUT_S": str(timeout_s)}
+    server = ServerProcess(tmp_path / "data", env=env)
+    server.start()
+    try:
+        lines = []
+        for n in range(10_000):
+            # Every other line lands behind the 50 writes before it (a late write).
+            if n % 2 == 0:
+                line = {"op": "grant", "timestamp": n + 100, "expiry": n + 5_100}
+            else:
+                line = {"op": "consume", "timestamp": n}
+            lines.append({"id": f"busy-{n}", "account_id": "e2e-busy", "amount": 10, **line})
+        started = time.monotonic()
+        response = httpx.post(
+            f"{server.base_url}/v1/events",
+            content=b"".join(json.dumps(line).encode() + b"\n" for line in lines),
+            headers={"content-type": NDJSON},
+            timeout=httpx.Timeout(60.0),
+        )
+        took_s = time.monotonic() - started
+        results = [json.loads(line) for line in response.text.splitlines()]
+        stops = [r for r in results if r["status"] >= 300]
+        assert not stops, f"{stops[:1]} after {took_s:.1f} s"
+        assert len(results) == len(lines)
     finally:
         server.stop()

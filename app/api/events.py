@@ -83,6 +83,8 @@ NDJSON: Final = "application/x-ndjson"
 # the writer: the reader waits while that many are queued.
 CHUNK_LINES: Final = 2_000
 MAX_QUEUED_LINES: Final = 2 * CHUNK_LINES
+# After an idle timeout, how long the socket is polled once more (see _next_message).
+_POLL_S: Final = 0.01
 # The error results of invalid lines, rendered when the line is read: one chunk holds at
 # most about this many bytes of them, and the reader waits while twice as many are queued.
 # An error result can be ten times its line (a 128 KiB line of unknown members names each
@@ -393,12 +395,32 @@ class EventStream(Response):
                 return
 
     async def _next_message(self, receive: Receive) -> Message | None:
-        """The next part of the body; None when none came within the idle timeout."""
+        """The next part of the body; None when none came within the idle timeout.
+
+        The timeout is the client's pause, not the server's: while a chunk is applied the
+        loop is busy, and its timer can then run late, before the loop has polled the
+        socket, with the client's next part waiting there. So after a timeout the socket is
+        polled once more, briefly, and again for as long as that poll's timer runs late (the
+        loop busy again): the client has paused only once a poll ran on time and found
+        nothing. The receive is not cancelled in between (an ASGI server need not allow a
+        receive again after a cancelled one); only when the client has paused."""
+        loop = asyncio.get_running_loop()
+        received = asyncio.ensure_future(receive())
+        wait_s = self._limits.idle_timeout_s
         try:
-            async with asyncio.timeout(self._limits.idle_timeout_s):
-                return await receive()
-        except TimeoutError:
-            return None
+            while True:
+                deadline = loop.time() + wait_s
+                done, _ = await asyncio.wait((received,), timeout=wait_s)
+                if done:
+                    return received.result()
+                if wait_s == _POLL_S and loop.time() - deadline < _POLL_S:
+                    return None
+                wait_s = _POLL_S
+        finally:
+            if not received.done():
+                received.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await received
 
     # -- the writer ------------------------------------------------------------------------
 
