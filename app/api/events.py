@@ -87,9 +87,10 @@ MAX_QUEUED_LINES: Final = 2 * CHUNK_LINES
 _POLL_S: Final = 0.01
 # The error results of invalid lines, rendered when the line is read: one chunk holds at
 # most about this many bytes of them, and the reader waits while twice as many are queued.
-# An error result can be ten times its line (a 128 KiB line of unknown members names each
-# one), so bounding lines alone would let one stream's body queue gigabytes of results, and
-# one chunk go far past MAX_UNSENT_RESULT_BYTES.
+# An error result lists at most 100 issues (``problems.MAX_LISTED_ISSUES``), up to about
+# 8 KiB for a short line (before that cap it could be ten times its line): bounding lines
+# alone would still let a chunk of CHUNK_LINES such results, or many chunks queued, go far
+# past what their lines took.
 CHUNK_ERROR_BYTES: Final = 4 * 2**20
 MAX_QUEUED_ERROR_BYTES: Final = 2 * CHUNK_ERROR_BYTES
 
