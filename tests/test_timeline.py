@@ -427,6 +427,18 @@ def test_set_window_refuses_bad_windows(window: object) -> None:
     assert timeline.window == 5
 
 
+def test_writes_after_counts_what_a_late_write_would_replay() -> None:
+    timeline = AccountTimeline(10)
+    for t in (10, 20, 30, 40):
+        timeline.write(ConsumeWrite(1, t))
+    assert timeline.watermark == 30
+    at = (29, 30, 35, 39, 40, 41, 10**6)
+    assert [timeline.writes_after(t) for t in at] == [0, 1, 1, 1, 0, 0, 0]
+    timeline.write(ConsumeWrite(1, 45))
+    assert timeline.watermark == 35
+    assert [timeline.writes_after(t) for t in (34, 35, 40, 44, 45)] == [0, 2, 1, 1, 0]
+
+
 # -- refusals change nothing -----------------------------------------------------------------
 
 

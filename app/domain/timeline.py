@@ -466,6 +466,14 @@ class AccountTimeline:
     def provisional_count(self) -> int:
         return len(self._pending) - self._head
 
+    def writes_after(self, timestamp: int) -> int:
+        """How many provisional writes come after ``timestamp``: what a late write there
+        replays, at least (from the replay mark before it). 0 for a write in order, and for
+        one before the watermark (refused without a replay). O(log P); changes nothing."""
+        if timestamp >= self._clock or timestamp < self._watermark:
+            return 0
+        return len(self._stamps) - bisect.bisect_right(self._stamps, timestamp, self._head)
+
     def provisional(self) -> list[SequencedWrite]:
         """The provisional writes in effective order, as ``restore`` and ``replay`` take them."""
         return [(p.sequence, p.grant_id or None, p.write) for p in self._pending[self._head :]]

@@ -312,6 +312,12 @@ class Ledger:
         self._observer.batch(operations, outcome, changes)
         return outcome
 
+    def replay_estimate(self, account_id: str, timestamp: int) -> int:
+        """About how many provisional writes a write to ``account_id`` at ``timestamp``
+        would replay now (0 for one in order): what a late write costs, for a caller that
+        decides how much to apply at once (a usage stream's chunk). Reads without a lock."""
+        return self._port.replay_estimate(account_id, timestamp)
+
     async def events(self, lines: Sequence[EventOp]) -> list[EventResult]:
         """Apply one chunk of a usage stream, in order, with one commit: each line as a
         non-atomic batch would apply its operation, unless its account already took its id.

@@ -144,6 +144,12 @@ class LedgerPort(Protocol):
         """The tenants in force (see ``app.quotas``)."""
         ...
 
+    def replay_estimate(self, account_id: str, timestamp: int) -> int:
+        """About how many provisional writes a write to ``account_id`` at ``timestamp``
+        would replay (``AccountTimeline.writes_after``), from what this process holds of
+        the account now, without its lock: 0 when it holds none. A cost estimate only."""
+        ...
+
     # -- reads: safe, they change nothing ---------------------------------------------------
 
     async def balance(
