@@ -17,29 +17,16 @@ gate position per run.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
 
 from app.service.history import as_of
-from app.storage.postgres import PostgresStore
 from tests.support.api import ACCOUNT, consume, grant, ok, url
+from tests.support.gates import Gate, gate_postgres_statements
 
 RESOURCES = pytest.mark.parametrize("resource", [None, "h100"], ids=["totals", "class"])
-
-
-class Gate:
-    def __init__(self) -> None:
-        self.reached = asyncio.Event()
-        self.release = asyncio.Event()
-        self.task: asyncio.Task[httpx.Response] | None = None  # the read's
-
-    async def __call__(self) -> None:
-        self.reached.set()
-        await self.release.wait()
 
 
 async def scenario(client: httpx.AsyncClient, gate: Gate, resource: str | None) -> None:
@@ -96,30 +83,6 @@ async def test_an_as_of_read_answers_from_one_moment(
     await scenario(client, gate, resource)
 
 
-class GatedConnection:
-    """A pooled connection whose statements, when the read sends them, count; the read
-    waits at the gate before statement ``gate_at``."""
-
-    def __init__(self, conn: Any, gate: Gate, counter: list[int], gate_at: int) -> None:
-        self._conn = conn
-        self._gate = gate
-        self._counter = counter
-        self._gate_at = gate_at
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._conn, name)
-        if name not in ("fetch", "fetchrow", "fetchval", "execute"):
-            return attribute
-
-        async def statement(*args: Any, **kwargs: Any) -> Any:
-            self._counter[0] += 1
-            if self._counter[0] == self._gate_at:
-                await self._gate()
-            return await attribute(*args, **kwargs)
-
-        return statement
-
-
 @pytest.mark.backends("postgres")
 @RESOURCES
 @pytest.mark.parametrize("gate_at", [1, 2, 3, 4, 5])
@@ -130,19 +93,6 @@ async def test_an_as_of_read_answers_from_one_moment_between_any_statements(
     gate_at: int,
 ) -> None:
     gate = Gate()
-    counter = [0]
-    real: Callable[[PostgresStore], contextlib.AbstractAsyncContextManager[Any]] = (
-        PostgresStore._connection
-    )
-
-    @contextlib.asynccontextmanager
-    async def connection(store: PostgresStore) -> AsyncIterator[Any]:
-        async with real(store) as conn:
-            if asyncio.current_task() is gate.task:
-                yield GatedConnection(conn, gate, counter, gate_at)
-            else:
-                yield conn
-
-    monkeypatch.setattr(PostgresStore, "_connection", connection)
+    counter = gate_postgres_statements(monkeypatch, gate, gate_at)
     await scenario(client, gate, resource)
     assert counter[0] >= 1, "the read's statements were not seen"

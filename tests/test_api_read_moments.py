@@ -15,8 +15,6 @@ position per run), as ``tests/test_api_late_reads.py`` does for as-of reads.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -24,10 +22,9 @@ import pytest
 
 from app.adapters.embedded import _EmbeddedUnitOfWork
 from app.storage.memory import MemoryStore
-from app.storage.postgres import PostgresStore
 from app.storage.sqlite import SqliteStore
 from tests.support.api import ACCOUNT, consume, grant, ok, url
-from tests.test_api_late_reads import Gate, GatedConnection
+from tests.support.gates import Gate, gate_postgres_statements
 
 
 class WriteGate(Gate):
@@ -103,19 +100,6 @@ async def test_a_grant_view_answers_from_one_moment_between_any_statements(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, gate_at: int
 ) -> None:
     gate = WriteGate()
-    counter = [0]
-    real: Callable[[PostgresStore], contextlib.AbstractAsyncContextManager[Any]] = (
-        PostgresStore._connection
-    )
-
-    @contextlib.asynccontextmanager
-    async def connection(store: PostgresStore) -> AsyncIterator[Any]:
-        async with real(store) as conn:
-            if asyncio.current_task() is gate.task:
-                yield GatedConnection(conn, gate, counter, gate_at)
-            else:
-                yield conn
-
-    monkeypatch.setattr(PostgresStore, "_connection", connection)
+    counter = gate_postgres_statements(monkeypatch, gate, gate_at)
     await scenario(client, gate)
     assert counter[0] >= 1, "the read's statements were not seen"
