@@ -177,7 +177,7 @@ class EmbeddedPort:
 
     def replay_estimate(self, account_id: str, timestamp: int) -> int:
         slot = self._slots.get(account_id)
-        return 0 if slot is None else slot.state.timeline.writes_after(timestamp)
+        return 0 if slot is None else slot.state.timeline.replay_cost(timestamp)
 
     def configure_tenants(
         self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]

@@ -165,7 +165,7 @@ class PostgresPort:
         """From this process's cached tracker of the account, as last released (another
         process may have written since: an estimate)."""
         slot = self._slots.get(account_id)
-        return 0 if slot is None else slot.state.timeline.writes_after(timestamp)
+        return 0 if slot is None else slot.state.timeline.replay_cost(timestamp)
 
     def configure_tenants(
         self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]

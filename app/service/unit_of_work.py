@@ -146,7 +146,7 @@ class LedgerPort(Protocol):
 
     def replay_estimate(self, account_id: str, timestamp: int) -> int:
         """About how many provisional writes a write to ``account_id`` at ``timestamp``
-        would replay (``AccountTimeline.writes_after``), from what this process holds of
+        would replay (``AccountTimeline.replay_cost``), from what this process holds of
         the account now, without its lock: 0 when it holds none. A cost estimate only."""
         ...
 
