@@ -631,6 +631,44 @@ async def test_late_lines_on_an_account_of_many_live_grants_are_cut_by_their_cop
     assert body["available"] == 2_001 * 10 - 200
 
 
+async def test_lines_late_behind_the_chunks_own_are_cut_by_their_copies_too(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line in order for the account as it is, but behind an earlier line of its chunk,
+    is late when applied: it copies a tracker of the account's live grants as any late line
+    does (here each consumption lands one write behind the grant before it, on an account
+    of 2,001 live grants: each was counted as 1 and the 200 lines made one chunk)."""
+    from app.api import events
+    from app.service.ledger import Ledger
+
+    sizes: list[int] = []
+    applied = Ledger.events
+
+    async def spied(self: Ledger, lines: Any) -> Any:
+        sizes.append(len(lines))
+        return await applied(self, lines)
+
+    monkeypatch.setattr(Ledger, "events", spied)
+    first = {"amount": 10, "timestamp": 0, "expiry": 10**9}
+    ok(await client.post(url("many", "grants"), json=first), 201)
+    ok(await client.put(url("many", "settings"), json={"lateness_window": 1_000_000}))
+    grants = [g(f"g-{n}", "many", 10, 2 * n + 2, 10**9) for n in range(2_000)]
+    assert all(r["status"] == 201 for r in await stream(client, grants))
+    sizes.clear()
+    pairs = []
+    for n in range(100):
+        pairs.append(g(f"pg-{n}", "many", 10, 4_002 + 2 * n, 10**9))
+        pairs.append(c(f"pc-{n}", "many", 1, 4_001 + 2 * n))  # behind the grant before it
+    results = await stream(client, pairs)
+    assert [r["status"] for r in results] == [201, 200] * 100
+    # Each consumption copies a tracker of at least 2,001 live grants (250 writes):
+    # at most 20,000 / 250 of them, and as many grants, a chunk.
+    assert sum(sizes) == 200
+    assert max(sizes) <= 2 * (events.CHUNK_REPLAYED_WRITES // 250), sizes
+    body = ok(await client.get(url("many", "balance")))
+    assert body["available"] == 2_101 * 10 - 100
+
+
 async def test_late_lines_restate_as_single_writes_do(client: httpx.AsyncClient) -> None:
     for account_id in ("acme", "twin"):
         settings = await client.put(url(account_id, "settings"), json={"lateness_window": 10})

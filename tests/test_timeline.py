@@ -461,6 +461,10 @@ def test_replay_cost_counts_the_copy_and_the_writes_from_the_mark() -> None:
     # One write after it, but a copy of 400 live grants and the writes since the mark.
     assert many.writes_after(799) == 1
     assert many.replay_cost(799) >= 1 + 400 // REPLAY_SPACING_DIVISOR
+    # In order now, but late behind writes to come (``late``): the copy and the writes
+    # since the last mark, those to come being the caller's to count.
+    assert many.replay_cost(10**6) == 0
+    assert many.replay_cost(10**6, late=True) >= 400 // REPLAY_SPACING_DIVISOR
 
 
 # -- refusals change nothing -----------------------------------------------------------------
