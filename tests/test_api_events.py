@@ -595,6 +595,80 @@ async def test_late_lines_are_cut_into_chunks_by_what_they_replay(
     assert body["debt"] == 100 - 10  # the late grants paid part of the debt back
 
 
+async def test_late_lines_on_an_account_of_many_live_grants_are_cut_by_their_copies(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A late line costs more than the writes after it: it copies the replay base (a tracker
+    of the account's n live grants, O(n)) and replays the writes from that base to it (up to
+    n / 8 of them). Counting only the writes after it, 2,000 lines each one write late on an
+    account of 10,000 live grants made one chunk of about 11 s on the event loop (5.8 ms a
+    line); here 2,000 live grants and 200 late lines, each counted as 1, made one chunk."""
+    from app.api import events
+    from app.service.ledger import Ledger
+
+    sizes: list[int] = []
+    applied = Ledger.events
+
+    async def spied(self: Ledger, lines: Any) -> Any:
+        sizes.append(len(lines))
+        return await applied(self, lines)
+
+    monkeypatch.setattr(Ledger, "events", spied)
+    first = {"amount": 10, "timestamp": 0, "expiry": 10**9}
+    ok(await client.post(url("many", "grants"), json=first), 201)
+    ok(await client.put(url("many", "settings"), json={"lateness_window": 1_000_000}))
+    grants = [g(f"g-{n}", "many", 10, 2 * n + 2, 10**9) for n in range(2_000)]
+    assert all(r["status"] == 201 for r in await stream(client, grants))
+    sizes.clear()
+    late = [c(f"late-{n}", "many", 1, 3_999) for n in range(200)]  # each behind one write
+    results = await stream(client, late)
+    assert [r["status"] for r in results] == [200] * 200
+    # Each late line copies a tracker of 2,000 live grants (counted as 2,000 / 8 writes)
+    # and replays up to 250 writes from its mark: at most 20,000 / 250 lines a chunk.
+    assert sum(sizes) == 200
+    assert max(sizes) <= events.CHUNK_REPLAYED_WRITES // 250, sizes
+    body = ok(await client.get(url("many", "balance")))
+    assert body["available"] == 2_001 * 10 - 200
+
+
+async def test_lines_late_behind_the_chunks_own_are_cut_by_their_copies_too(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line in order for the account as it is, but behind an earlier line of its chunk,
+    is late when applied: it copies a tracker of the account's live grants as any late line
+    does (here each consumption lands one write behind the grant before it, on an account
+    of 2,001 live grants: each was counted as 1 and the 200 lines made one chunk)."""
+    from app.api import events
+    from app.service.ledger import Ledger
+
+    sizes: list[int] = []
+    applied = Ledger.events
+
+    async def spied(self: Ledger, lines: Any) -> Any:
+        sizes.append(len(lines))
+        return await applied(self, lines)
+
+    monkeypatch.setattr(Ledger, "events", spied)
+    first = {"amount": 10, "timestamp": 0, "expiry": 10**9}
+    ok(await client.post(url("many", "grants"), json=first), 201)
+    ok(await client.put(url("many", "settings"), json={"lateness_window": 1_000_000}))
+    grants = [g(f"g-{n}", "many", 10, 2 * n + 2, 10**9) for n in range(2_000)]
+    assert all(r["status"] == 201 for r in await stream(client, grants))
+    sizes.clear()
+    pairs = []
+    for n in range(100):
+        pairs.append(g(f"pg-{n}", "many", 10, 4_002 + 2 * n, 10**9))
+        pairs.append(c(f"pc-{n}", "many", 1, 4_001 + 2 * n))  # behind the grant before it
+    results = await stream(client, pairs)
+    assert [r["status"] for r in results] == [201, 200] * 100
+    # Each consumption copies a tracker of at least 2,001 live grants (250 writes):
+    # at most 20,000 / 250 of them, and as many grants, a chunk.
+    assert sum(sizes) == 200
+    assert max(sizes) <= 2 * (events.CHUNK_REPLAYED_WRITES // 250), sizes
+    body = ok(await client.get(url("many", "balance")))
+    assert body["available"] == 2_101 * 10 - 100
+
+
 async def test_late_lines_restate_as_single_writes_do(client: httpx.AsyncClient) -> None:
     for account_id in ("acme", "twin"):
         settings = await client.put(url(account_id, "settings"), json={"lateness_window": 10})

@@ -13,6 +13,7 @@ import pytest
 
 from app.domain import (
     MAX_VALUE,
+    REPLAY_SPACING_DIVISOR,
     AccountTimeline,
     Allocation,
     ClassLimit,
@@ -437,6 +438,33 @@ def test_writes_after_counts_what_a_late_write_would_replay() -> None:
     timeline.write(ConsumeWrite(1, 45))
     assert timeline.watermark == 35
     assert [timeline.writes_after(t) for t in (34, 35, 40, 44, 45)] == [0, 2, 1, 1, 0]
+
+
+def test_replay_cost_counts_the_copy_and_the_writes_from_the_mark() -> None:
+    """A late write copies its replay base (a mark, or the final tracker) and replays every
+    provisional write from there: those before it since the mark, and those after it."""
+    limits = TimelineLimits(replay_spacing_min=4)
+    timeline = AccountTimeline(1_000, limits=limits)
+    for t in range(10, 110, 10):  # 10 grants, all provisional; marks every 4 writes
+        timeline.write(GrantWrite(1, t, 10**6))
+    assert timeline.provisional_count == 10
+    assert [timeline.replay_cost(t) for t in (100, 10**6)] == [0, 0]  # in order
+    copy = timeline.current.live_grant_count // REPLAY_SPACING_DIVISOR
+    # At 95: one write after it, replayed from the mark after the 8th write (index 8).
+    assert timeline.writes_after(95) == 1
+    assert timeline.replay_cost(95) == 2 + copy
+    # At 15: nine after it, from the final tracker (no mark before index 1).
+    assert timeline.replay_cost(15) == 10 + copy
+    many = AccountTimeline(10**9)
+    for n in range(400):
+        many.write(GrantWrite(1, 2 * n + 2, 10**9))
+    # One write after it, but a copy of 400 live grants and the writes since the mark.
+    assert many.writes_after(799) == 1
+    assert many.replay_cost(799) >= 1 + 400 // REPLAY_SPACING_DIVISOR
+    # In order now, but late behind writes to come (``late``): the copy and the writes
+    # since the last mark, those to come being the caller's to count.
+    assert many.replay_cost(10**6) == 0
+    assert many.replay_cost(10**6, late=True) >= 400 // REPLAY_SPACING_DIVISOR
 
 
 # -- refusals change nothing -----------------------------------------------------------------

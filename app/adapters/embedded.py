@@ -175,9 +175,9 @@ class EmbeddedPort:
         await self._store.prune_event_ids(min_created_at_s)
         return len(old) + len(old_events)
 
-    def replay_estimate(self, account_id: str, timestamp: int) -> int:
+    def replay_estimate(self, account_id: str, timestamp: int, late: bool) -> int:
         slot = self._slots.get(account_id)
-        return 0 if slot is None else slot.state.timeline.writes_after(timestamp)
+        return 0 if slot is None else slot.state.timeline.replay_cost(timestamp, late=late)
 
     def configure_tenants(
         self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]

@@ -254,9 +254,10 @@ def parse_line(number: int, raw: bytes) -> _Line | _Bad:
 
 class _ReplayCost:
     """About how many provisional writes the lines of a chunk will replay, line by line as
-    it is cut: for each, those after it that its account holds now (``Ledger.replay_estimate``)
-    and those after it among the chunk's earlier lines of that account (applied before it,
-    so replayed too; a stream's late lines are mostly late behind lines just before them)."""
+    it is cut: for each, those its account holds now from the replay base before it on, with
+    that base's copy (``Ledger.replay_estimate``), and those after it among the chunk's
+    earlier lines of that account (applied before it, so replayed too; a stream's late lines
+    are mostly late behind lines just before them)."""
 
     __slots__ = ("_ledger", "_stamps", "total")
 
@@ -268,12 +269,15 @@ class _ReplayCost:
     def add(self, account_id: str, timestamp: int) -> int:
         """Count a line in; the total so far."""
         stamps = self._stamps.setdefault(account_id, [])
-        if not stamps or timestamp >= stamps[-1]:  # in order within the chunk: O(1)
+        late = bool(stamps) and timestamp < stamps[-1]
+        if not late:  # in order within the chunk: O(1)
             stamps.append(timestamp)
         else:
             self.total += len(stamps) - bisect.bisect_right(stamps, timestamp)
             bisect.insort_right(stamps, timestamp)
-        self.total += self._ledger.replay_estimate(account_id, timestamp)
+        # Late behind the chunk's own lines, it is late however the account is now: it
+        # copies a replay base as any late line does.
+        self.total += self._ledger.replay_estimate(account_id, timestamp, late=late)
         return self.total
 
 

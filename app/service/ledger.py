@@ -312,11 +312,13 @@ class Ledger:
         self._observer.batch(operations, outcome, changes)
         return outcome
 
-    def replay_estimate(self, account_id: str, timestamp: int) -> int:
+    def replay_estimate(self, account_id: str, timestamp: int, *, late: bool = False) -> int:
         """About how many provisional writes a write to ``account_id`` at ``timestamp``
-        would replay now (0 for one in order): what a late write costs, for a caller that
-        decides how much to apply at once (a usage stream's chunk). Reads without a lock."""
-        return self._port.replay_estimate(account_id, timestamp)
+        would replay now (0 for one in order, unless ``late``: the caller applies a later
+        write of the account before it), with the copy of its replay base: what a late
+        write costs, for a caller that decides how much to apply at once (a usage stream's
+        chunk). Reads without a lock."""
+        return self._port.replay_estimate(account_id, timestamp, late)
 
     async def events(self, lines: Sequence[EventOp]) -> list[EventResult]:
         """Apply one chunk of a usage stream, in order, with one commit: each line as a

@@ -144,10 +144,11 @@ class LedgerPort(Protocol):
         """The tenants in force (see ``app.quotas``)."""
         ...
 
-    def replay_estimate(self, account_id: str, timestamp: int) -> int:
+    def replay_estimate(self, account_id: str, timestamp: int, late: bool) -> int:
         """About how many provisional writes a write to ``account_id`` at ``timestamp``
-        would replay (``AccountTimeline.writes_after``), from what this process holds of
-        the account now, without its lock: 0 when it holds none. A cost estimate only."""
+        would replay (``AccountTimeline.replay_cost``; ``late``: it will be late whatever
+        the account's clock is now), from what this process holds of the account now,
+        without its lock: 0 when it holds none. A cost estimate only."""
         ...
 
     # -- reads: safe, they change nothing ---------------------------------------------------
