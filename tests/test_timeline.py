@@ -428,16 +428,16 @@ def test_set_window_refuses_bad_windows(window: object) -> None:
     assert timeline.window == 5
 
 
-def test_writes_after_counts_what_a_late_write_would_replay() -> None:
+def test_replay_cost_is_zero_in_order_and_before_the_watermark() -> None:
     timeline = AccountTimeline(10)
     for t in (10, 20, 30, 40):
         timeline.write(ConsumeWrite(1, t))
     assert timeline.watermark == 30
-    at = (29, 30, 35, 39, 40, 41, 10**6)
-    assert [timeline.writes_after(t) for t in at] == [0, 1, 1, 1, 0, 0, 0]
+    at = (29, 30, 35, 39, 40, 41, 10**6)  # 29: refused (too late), 40 on: in order
+    assert [timeline.replay_cost(t) > 0 for t in at] == [False, True, True, True] + [False] * 3
     timeline.write(ConsumeWrite(1, 45))
     assert timeline.watermark == 35
-    assert [timeline.writes_after(t) for t in (34, 35, 40, 44, 45)] == [0, 2, 1, 1, 0]
+    assert [timeline.replay_cost(t) > 0 for t in (34, 35, 44, 45)] == [False, True, True, False]
 
 
 def test_replay_cost_counts_the_copy_and_the_writes_from_the_mark() -> None:
@@ -451,7 +451,6 @@ def test_replay_cost_counts_the_copy_and_the_writes_from_the_mark() -> None:
     assert [timeline.replay_cost(t) for t in (100, 10**6)] == [0, 0]  # in order
     copy = timeline.current.live_grant_count // REPLAY_SPACING_DIVISOR
     # At 95: one write after it, replayed from the mark after the 8th write (index 8).
-    assert timeline.writes_after(95) == 1
     assert timeline.replay_cost(95) == 2 + copy
     # At 15: nine after it, from the final tracker (no mark before index 1).
     assert timeline.replay_cost(15) == 10 + copy
@@ -459,7 +458,6 @@ def test_replay_cost_counts_the_copy_and_the_writes_from_the_mark() -> None:
     for n in range(400):
         many.write(GrantWrite(1, 2 * n + 2, 10**9))
     # One write after it, but a copy of 400 live grants and the writes since the mark.
-    assert many.writes_after(799) == 1
     assert many.replay_cost(799) >= 1 + 400 // REPLAY_SPACING_DIVISOR
     # In order now, but late behind writes to come (``late``): the copy and the writes
     # since the last mark, those to come being the caller's to count.

@@ -466,14 +466,6 @@ class AccountTimeline:
     def provisional_count(self) -> int:
         return len(self._pending) - self._head
 
-    def writes_after(self, timestamp: int) -> int:
-        """How many provisional writes come after ``timestamp``: what a late write there
-        replays, at least (from the replay mark before it). 0 for a write in order, and for
-        one before the watermark (refused without a replay). O(log P); changes nothing."""
-        if timestamp >= self._clock or timestamp < self._watermark:
-            return 0
-        return len(self._stamps) - bisect.bisect_right(self._stamps, timestamp, self._head)
-
     def replay_cost(self, timestamp: int, *, late: bool = False) -> int:
         """About what a late write at ``timestamp`` costs, in replayed writes: it copies its
         replay base (the mark at or before its position, or the final tracker), O(n) for n
