@@ -200,7 +200,7 @@ def problem_line(response: httpx.Response, document: Any) -> str:
     errors = document.get("errors")
     if isinstance(errors, list) and errors:
         named = [
-            ".".join(str(part) for part in e.get("loc", ())) + f": {e.get('msg', '')}"
+            ".".join(str(part) for part in e.get("loc", ())) + f": {e.get('message', '')}"
             for e in errors[:5]
             if isinstance(e, dict)
         ]

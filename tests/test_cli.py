@@ -547,7 +547,8 @@ def test_a_problem_document_is_printed_with_one_line_and_exit_1(served: Served) 
     assert problem["status"] == 409
     assert problem["account_timestamp"] == 20
     invalid = cli(*grant_args("c:late", 0, 30, 40), env=env)
-    one_line_error(invalid, 1, "422", "amount")
+    line = one_line_error(invalid, 1, "422", "amount")
+    assert "body.amount: Input should be greater than or equal to 1]" in line, line
     assert json.loads(invalid.stdout)["status"] == 422
     missing = cli("balance", "c:never", env=env)
     one_line_error(missing, 1, "404", "account-not-found")
