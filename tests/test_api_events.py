@@ -561,17 +561,10 @@ async def test_each_line_needs_its_scope_and_account(
 # -- late events -------------------------------------------------------------------------------
 
 
-async def test_late_lines_are_cut_into_chunks_by_what_they_replay(
-    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A chunk is applied on the event loop without a pause, and a late line replays the
-    provisional writes after it, the account's and the chunk's own: late lines are cut into
-    chunks by about how many writes they replay (``CHUNK_REPLAYED_WRITES``), in-order lines
-    by count alone (before, a 2,000-line chunk of late lines held the loop for seconds)."""
-    from app.api import events
+def chunk_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of lines of each chunk streams apply from now on (``Ledger.events``)."""
     from app.service.ledger import Ledger
 
-    monkeypatch.setattr(events, "CHUNK_REPLAYED_WRITES", 250)
     sizes: list[int] = []
     applied = Ledger.events
 
@@ -580,6 +573,30 @@ async def test_late_lines_are_cut_into_chunks_by_what_they_replay(
         return await applied(self, lines)
 
     monkeypatch.setattr(Ledger, "events", spied)
+    return sizes
+
+
+async def many_live_grants(client: httpx.AsyncClient, account_id: str) -> None:
+    """``account_id`` with a window of 10^6 and 2,001 live grants of 10 (at 0, then at 2 to
+    4,000: those 2,000 provisional)."""
+    first = {"amount": 10, "timestamp": 0, "expiry": 10**9}
+    ok(await client.post(url(account_id, "grants"), json=first), 201)
+    ok(await client.put(url(account_id, "settings"), json={"lateness_window": 1_000_000}))
+    grants = [g(f"g-{n}", account_id, 10, 2 * n + 2, 10**9) for n in range(2_000)]
+    assert all(r["status"] == 201 for r in await stream(client, grants))
+
+
+async def test_late_lines_are_cut_into_chunks_by_what_they_replay(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk is applied on the event loop without a pause, and a late line replays the
+    provisional writes after it, the account's and the chunk's own: late lines are cut into
+    chunks by about how many writes they replay (``CHUNK_REPLAYED_WRITES``), in-order lines
+    by count alone (before, a 2,000-line chunk of late lines held the loop for seconds)."""
+    from app.api import events
+
+    monkeypatch.setattr(events, "CHUNK_REPLAYED_WRITES", 250)
+    sizes = chunk_sizes(monkeypatch)
     grant = {"amount": 1, "timestamp": 0, "expiry": 1}
     ok(await client.post(url("acme", "grants"), json=grant), 201)
     ok(await client.put(url("acme", "settings"), json={"lateness_window": 1_000_000}))
@@ -604,21 +621,9 @@ async def test_late_lines_on_an_account_of_many_live_grants_are_cut_by_their_cop
     account of 10,000 live grants made one chunk of about 11 s on the event loop (5.8 ms a
     line); here 2,000 live grants and 200 late lines, each counted as 1, made one chunk."""
     from app.api import events
-    from app.service.ledger import Ledger
 
-    sizes: list[int] = []
-    applied = Ledger.events
-
-    async def spied(self: Ledger, lines: Any) -> Any:
-        sizes.append(len(lines))
-        return await applied(self, lines)
-
-    monkeypatch.setattr(Ledger, "events", spied)
-    first = {"amount": 10, "timestamp": 0, "expiry": 10**9}
-    ok(await client.post(url("many", "grants"), json=first), 201)
-    ok(await client.put(url("many", "settings"), json={"lateness_window": 1_000_000}))
-    grants = [g(f"g-{n}", "many", 10, 2 * n + 2, 10**9) for n in range(2_000)]
-    assert all(r["status"] == 201 for r in await stream(client, grants))
+    sizes = chunk_sizes(monkeypatch)
+    await many_live_grants(client, "many")
     sizes.clear()
     late = [c(f"late-{n}", "many", 1, 3_999) for n in range(200)]  # each behind one write
     results = await stream(client, late)
@@ -639,21 +644,9 @@ async def test_lines_late_behind_the_chunks_own_are_cut_by_their_copies_too(
     does (here each consumption lands one write behind the grant before it, on an account
     of 2,001 live grants: each was counted as 1 and the 200 lines made one chunk)."""
     from app.api import events
-    from app.service.ledger import Ledger
 
-    sizes: list[int] = []
-    applied = Ledger.events
-
-    async def spied(self: Ledger, lines: Any) -> Any:
-        sizes.append(len(lines))
-        return await applied(self, lines)
-
-    monkeypatch.setattr(Ledger, "events", spied)
-    first = {"amount": 10, "timestamp": 0, "expiry": 10**9}
-    ok(await client.post(url("many", "grants"), json=first), 201)
-    ok(await client.put(url("many", "settings"), json={"lateness_window": 1_000_000}))
-    grants = [g(f"g-{n}", "many", 10, 2 * n + 2, 10**9) for n in range(2_000)]
-    assert all(r["status"] == 201 for r in await stream(client, grants))
+    sizes = chunk_sizes(monkeypatch)
+    await many_live_grants(client, "many")
     sizes.clear()
     pairs = []
     for n in range(100):
