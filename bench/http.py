@@ -14,7 +14,8 @@ with wrk as the load generator (one thread: on a 2-core machine one core serves,
    2, sqlite storage, each against the batch path's ceiling (``bench/ceiling.py``) measured
    in this same run twice: on a fresh file (best of its batches) and on a file grown as the
    server's was during that batch run (``measure_grown``: as many operations written before,
-   as many timed as the server wrote, sustained);
+   as many timed as the server wrote, sustained; measured right after that run, so that both
+   see the machine as it was: a shared machine's speed drifts over minutes);
 4. the same batch runs on memory storage: the service's own path with no disk at all, the
    most the SQLite figure can reach while the event loop's Python is what bounds it.
 
@@ -410,6 +411,7 @@ def main() -> None:
     results: dict[str, Result] = {}
     fixed: dict[str, tuple[float, float, float, float]] = {}
     grown: dict[str, tuple[int, int]] = {}  # batch run: entries before it, written during it
+    grown_ceilings: dict[str, float] = {}  # batch run: its ceiling on a file grown alike
     bare, bare_url = start_bare()
     try:
         results["ceiling"] = run_wrk(
@@ -471,16 +473,19 @@ def main() -> None:
                     if storage == "sqlite":
                         results[name] = result
                         grown[name] = (before, _entries_in(server.data_dir) - before)
+                        # Its ceiling at once, while the machine is as it was during the run
+                        # (shared machines drift over minutes; the server is idle meanwhile).
+                        grown_ceilings[name] = measure_grown(size, *grown[name])
                     else:
                         results[f"{name}-memory"] = result
             finally:
                 server.stop()
 
     # The batch path's ceiling (bench/ceiling.py), in process, in this same run: on a fresh
-    # file (best of its batches), and on a file grown as the server's was during each batch
-    # run (as many operations before, then as many timed as the server wrote).
+    # file (best of its batches) here, and on a file grown as the server's was during each
+    # batch run (as many operations before, then as many timed as the server wrote) right
+    # after that run, above.
     ceilings = {size: measure_ceiling(size, 10 if args.quick else 30) for size in (1000, 10_000)}
-    grown_ceilings = {name: measure_grown(size, *grown[name]) for name, size, _ in BATCH_RUNS}
     for r in results.values():
         print(r.line())
     for size, per_s in ceilings.items():
