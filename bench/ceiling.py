@@ -76,6 +76,7 @@ from app.storage.sqlite import (
     _UPSERT_LIVE_GRANT,
     WAL_AUTOCHECKPOINT_PAGES,
     WRITE_CACHE_KIB,
+    AccountNumbers,
     _connect,
     _migrate,
 )
@@ -298,13 +299,15 @@ class SchemaCeiling:
     batch, with the store's own statements, one ``executemany`` each: the entries (one per
     operation, every column: ``details`` in the compact JSON the store writes, the rank of a
     grant or consumption being its sequence), the live grants upserted, those deleted, and one
-    ``accounts`` row per account touched; one COMMIT."""
+    ``accounts`` row per account touched; one COMMIT. Entries name their account by its
+    number, and an account's row holds it (``AccountNumbers``), as the store writes them."""
 
     def __init__(self, path: Path) -> None:
         self._conn = _connect(path)
         self._conn.execute(f"PRAGMA cache_size = -{WRITE_CACHE_KIB}")
         self._conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
         _migrate(self._conn)
+        self._numbers = AccountNumbers.read(self._conn)
         self._ledgers: dict[str, _Ledger] = {}
 
     def close(self) -> None:
@@ -434,12 +437,13 @@ class SchemaCeiling:
             )
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(_INSERT_ENTRY, entries)
+        number_of = self._numbers.of
+        conn.executemany(_INSERT_ENTRY, [(number_of(e[0]), *e[1:]) for e in entries])
         if upserts:
             conn.executemany(_UPSERT_LIVE_GRANT, upserts)
         if deletes:
             conn.executemany(_DELETE_LIVE_GRANT, deletes)
-        conn.executemany(_UPSERT_ACCOUNT, accounts)
+        conn.executemany(_UPSERT_ACCOUNT, [(*a, number_of(a[0])) for a in accounts])
         conn.execute("COMMIT")
         return json.dumps({"results": answers}, separators=(",", ":")).encode()
 

@@ -746,17 +746,20 @@ def test_check_replays_a_rich_history_exactly(cli: Cli, history: Path) -> None:
     assert "accounts: 1," in only
 
 
+# Entries name their account by its number (the accounts row holds it).
+H0 = "account = (SELECT number FROM accounts WHERE account_id = 'h0')"
+H1 = "account = (SELECT number FROM accounts WHERE account_id = 'h1')"
 TAMPERING = {
     "an entry's balance": (
-        ["UPDATE entries SET available = available + 1 WHERE account_id = 'h0' AND sequence = 5"],
+        [f"UPDATE entries SET available = available + 1 WHERE {H0} AND sequence = 5"],
         ["account 'h0'", "entry 5", "sum to"],
     ),
     "a consumption's allocation": (
         [
             "UPDATE entries SET details = json_set(details, '$.consumed', "
             "json_extract(details, '$.consumed') + 1, '$.amount', "
-            "json_extract(details, '$.amount') + 1) WHERE account_id = 'h1' AND sequence = "
-            "(SELECT min(sequence) FROM entries WHERE account_id = 'h1' AND kind = 'consumption' "
+            f"json_extract(details, '$.amount') + 1) WHERE {H1} AND sequence = "
+            f"(SELECT min(sequence) FROM entries WHERE {H1} AND kind = 'consumption' "
             "AND json_extract(details, '$.consumed') > 0)"
         ],
         ["account 'h1'", "consumption", "allocation"],
@@ -774,8 +777,8 @@ TAMPERING = {
     ),
     "a deleted expiration": (
         [
-            "DELETE FROM entries WHERE account_id = 'h1' AND sequence = (SELECT min(sequence) "
-            "FROM entries WHERE account_id = 'h1' AND kind = 'expiration')"
+            f"DELETE FROM entries WHERE {H1} AND sequence = (SELECT min(sequence) "
+            f"FROM entries WHERE {H1} AND kind = 'expiration')"
         ],
         ["account 'h1'", "records no expiration"],
     ),
@@ -789,7 +792,7 @@ TAMPERING = {
         ["the checkpoint after entry", "debt is"],
     ),
     "an undecodable row": (
-        ["UPDATE entries SET details = '{' WHERE account_id = 'h0' AND sequence = 3"],
+        [f"UPDATE entries SET details = '{{' WHERE {H0} AND sequence = 3"],
         ["account 'h0'", "cannot be read"],
     ),
     "an orphan row": (
@@ -798,6 +801,13 @@ TAMPERING = {
             "granted_at FROM live_grants LIMIT 1"
         ],
         ["database:", "'ghost'", "no account row"],
+    ),
+    "an orphan entry": (
+        [
+            "INSERT INTO entries SELECT 987654, sequence, kind, timestamp, available, debt, "
+            "grant_id, details, rank, revision FROM entries LIMIT 1"
+        ],
+        ["database:", "entries rows", "number 987654", "no account row"],
     ),
 }
 

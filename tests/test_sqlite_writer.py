@@ -39,7 +39,8 @@ from app.storage.sqlite import SqliteStore
 
 _BIG = 2**53 - 1
 _ints = st.integers(-_BIG, _BIG)
-_ids = st.sampled_from(["a", "b-1", "team:x"])
+_IDS = ("a", "b-1", "team:x")
+_ids = st.sampled_from(_IDS)
 # Every string but lone surrogates (which no UTF-8 text holds, and neither path can bind) and
 # NUL, which no row holds (see ``_json_array``; tested below).
 _text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
@@ -151,9 +152,31 @@ def _submissions(draw: st.DrawFn) -> list[rows.Rows]:
     return made
 
 
+# Each connection's account numbers, kept across its groups as the store keeps them (the
+# connections stay referenced: they cannot be weakly referenced, and are few and small).
+_NUMBERS: dict[sqlite3.Connection, sqlite.AccountNumbers] = {}
+
+
+def _numbers(conn: sqlite3.Connection) -> sqlite.AccountNumbers:
+    """The connection's numbers, the test ids' given first in one order: the paths compared
+    below make rows in different orders (a group's numbers are the order its ids come in)."""
+    numbers = _NUMBERS.get(conn)
+    if numbers is None:
+        numbers = _NUMBERS[conn] = sqlite.AccountNumbers.read(conn)
+        for account_id in _IDS:
+            numbers.of(account_id)
+    return numbers
+
+
+def _write_groups(conn: sqlite3.Connection, groups: Sequence[rows.Rows], *, utf8: bool) -> None:
+    sqlite._write_groups(conn, groups, utf8=utf8, numbers=_numbers(conn))
+
+
 def _bound_row_by_row(conn: sqlite3.Connection, group: rows.Rows) -> None:
-    """The same group written as before: one executemany of a VALUES statement per table."""
-    new_entries = {(e[0], e[1]) for e in group.entries}
+    """The same group written as before: one executemany of a VALUES statement per table
+    (with the accounts numbered in the same order as the one statement numbers them)."""
+    entries, restated_entries, entry_deletes, accounts = sqlite.numbered_rows(group, _numbers(conn))
+    new_entries = {(e[0], e[1]) for e in entries}
     conn.execute("BEGIN IMMEDIATE")
     conn.executemany(sqlite._INSERT_IDEMPOTENCY, group.idempotency)
     conn.executemany(sqlite._INSERT_CHECKPOINT, group.checkpoints)
@@ -161,19 +184,22 @@ def _bound_row_by_row(conn: sqlite3.Connection, group: rows.Rows) -> None:
     # An entry new in this group cannot exist yet; a test group may reuse a key of an
     # earlier one, which the insert would refuse in both paths alike: drop it first.
     conn.executemany(sqlite._DELETE_ENTRY, sorted(new_entries))
-    conn.executemany(sqlite._INSERT_ENTRY, group.entries)
-    conn.executemany(sqlite._UPSERT_ENTRY, group.restated_entries)
-    conn.executemany(sqlite._DELETE_ENTRY, group.entry_deletes)
+    conn.executemany(sqlite._INSERT_ENTRY, entries)
+    conn.executemany(sqlite._UPSERT_ENTRY, restated_entries)
+    conn.executemany(sqlite._DELETE_ENTRY, entry_deletes)
     conn.executemany(sqlite._UPSERT_LIVE_GRANT, group.live_grant_upserts)
     conn.executemany(sqlite._DELETE_LIVE_GRANT, group.live_grant_deletes)
-    conn.executemany(sqlite._UPSERT_ACCOUNT, group.account_values())
+    conn.executemany(sqlite._UPSERT_ACCOUNT, accounts)
     conn.execute("COMMIT")
 
 
 def _as_one_statement(conn: sqlite3.Connection, group: rows.Rows) -> None:
     # As _bound_row_by_row does (here in a transaction of its own: the end is the same).
-    conn.executemany(sqlite._DELETE_ENTRY, sorted({(e[0], e[1]) for e in group.entries}))
-    sqlite._write_groups(conn, [group], utf8=True)
+    numbers = _numbers(conn)
+    conn.executemany(
+        sqlite._DELETE_ENTRY, sorted({(numbers.of(e[0]), e[1]) for e in group.entries})
+    )
+    _write_groups(conn, [group], utf8=True)
 
 
 def _writer_connection(path: Path) -> sqlite3.Connection:
@@ -259,8 +285,9 @@ def test_a_group_is_one_statement_and_its_own_transaction(tmp_path: Path) -> Non
     try:
         sqlite._migrate(conn)
         sqlite._install_group_writer(conn)
+        _numbers(conn)  # read before the statements counted
         conn.calls.clear()
-        sqlite._write_groups(conn, [_group()], utf8=True)
+        _write_groups(conn, [_group()], utf8=True)
         assert conn.calls == [sqlite._WRITE_GROUP]
         assert not conn.in_transaction
         assert _count(conn, "entries") == _count(conn, "event_ids") == 1
@@ -272,7 +299,7 @@ def test_a_group_is_one_statement_and_its_own_transaction(tmp_path: Path) -> Non
         group.entries, group.event_ids = [], []
         group.idempotency = [("/batch", "k-2", "f", 200, b"\xff\x00", 0.5)]
         conn.calls.clear()
-        sqlite._write_groups(conn, [group], utf8=True)
+        _write_groups(conn, [group], utf8=True)
         assert conn.calls == [
             "BEGIN IMMEDIATE",
             sqlite._INSERT_IDEMPOTENCY,
@@ -323,7 +350,7 @@ def test_large_bodies_and_a_database_not_in_utf8_bind_the_bodies_as_bytes(
             group = _account_group(0)
             group.idempotency = [("/batch", key, "f", 200, body, 0.5)]
             conn.calls.clear()
-            sqlite._write_groups(conn, [group], utf8=utf8)
+            _write_groups(conn, [group], utf8=utf8)
             as_text = utf8 and key == "small"
             assert (sqlite._INSERT_IDEMPOTENCY in conn.calls) is not as_text
             stored = conn.execute("SELECT body FROM idempotency WHERE key = ?", (key,))
@@ -337,13 +364,13 @@ def test_a_group_that_fails_leaves_nothing_of_it_written(tmp_path: Path) -> None
     neither is left, nor a transaction open; the next group goes in."""
     conn = _writer_connection(tmp_path / "fail.sqlite3")
     try:
-        sqlite._write_groups(conn, [_group()], utf8=True)
+        _write_groups(conn, [_group()], utf8=True)
         again = _group()
         again.idempotency = [("/batch", "k-2", "f", 200, b"{}", 0.5)]
         again.event_ids = [("a", "e-2", "f", 2, None, 0.5)]
         again.accounts["a"] = AccountRow("a", 1, 0, 3, 3)
         with pytest.raises(sqlite3.IntegrityError):
-            sqlite._write_groups(conn, [again], utf8=True)
+            _write_groups(conn, [again], utf8=True)
         assert not conn.in_transaction
         assert conn.execute("SELECT event_id FROM event_ids").fetchall() == [("e-1",)]
         assert conn.execute("SELECT key FROM idempotency").fetchall() == [("k-1",)]
@@ -353,12 +380,12 @@ def test_a_group_that_fails_leaves_nothing_of_it_written(tmp_path: Path) -> None
         with_key.idempotency = [("/batch", "k", "f", 200, b"\xff", 0.5)]  # bound as bytes
         with_key.entries.append(with_key.entries[0])  # the same key twice: fails
         with pytest.raises(sqlite3.IntegrityError):
-            sqlite._write_groups(conn, [with_key], utf8=True)  # the path with a transaction
+            _write_groups(conn, [with_key], utf8=True)  # the path with a transaction
         assert not conn.in_transaction
         assert _count(conn, "idempotency") == 1
         assert _count(conn, "entries") == 1
         with_key.entries.pop()
-        sqlite._write_groups(conn, [with_key], utf8=True)
+        _write_groups(conn, [with_key], utf8=True)
         assert _count(conn, "idempotency") == 2
         assert _count(conn, "entries") == 2
     finally:
@@ -379,7 +406,7 @@ def test_a_table_of_many_rows_is_cut_into_statements_of_bounded_size(
     cut = [
         [(columns[i], len(json.loads(text))) for i, text in enumerate(p) if text != "[]"]
         # Made one by one, as the writer takes them.
-        for p in sqlite._group_parameters(sqlite._tables_of(group, []))
+        for p in sqlite._group_parameters(sqlite._tables_of(group, [], sqlite.AccountNumbers({})))
     ]
     assert cut == [
         [("live_grant_upserts", 3)],
@@ -409,10 +436,11 @@ def test_a_group_cut_into_statements_makes_each_ones_json_as_it_runs(
     try:
         sqlite._migrate(conn)
         sqlite._install_group_writer(conn)
+        _numbers(conn)  # read before the statements logged
         group = rows.Rows(live_grant_upserts=[("a", i, 9, 5, None, 0) for i in range(1, 6)])
         group.accounts["a"] = AccountRow("a", 0, 0, 8, 1)
         conn.calls = log  # statements and encodings in one log, in the order they happen
-        sqlite._write_groups(conn, [group], utf8=True)
+        _write_groups(conn, [group], utf8=True)
         assert log == [
             "BEGIN IMMEDIATE",
             *["json", sqlite._WRITE_GROUP] * 4,  # live grants 2 + 2 + 1, then the account
@@ -434,7 +462,7 @@ def test_a_nul_character_in_a_row_is_refused_not_cut() -> None:
     bad = rows.Rows(event_ids=[("a", "id\x00x", "f", 1, None, 0.0)])
     bad.accounts["a"] = AccountRow("a", 0, 0, 2, 2)
     with pytest.raises(ValueError, match="NUL"):
-        list(sqlite._group_parameters(sqlite._tables_of(bad, [])))
+        list(sqlite._group_parameters(sqlite._tables_of(bad, [], sqlite.AccountNumbers({}))))
 
 
 async def test_the_writer_starts_on_a_submission_while_the_loop_is_still_busy(
@@ -515,7 +543,7 @@ def test_a_group_writes_what_its_submissions_write_one_after_the_other(
         with _reference_and_written(tmp_path) as (reference, written):
             for part in submissions:
                 _bound_row_by_row(reference, part)
-            sqlite._write_groups(written, sqlite._merged(queued), utf8=True)
+            _write_groups(written, sqlite._merged(queued), utf8=True)
             assert _tables(written) == _tables(reference)
     finally:
         loop.close()
@@ -572,7 +600,7 @@ def test_a_disk_full_in_the_middle_of_a_group_leaves_nothing_of_it(
     group stays, no transaction is left open, and once there is room the group goes in."""
     conn = _writer_connection(tmp_path / "full.sqlite3")
     try:
-        sqlite._write_groups(conn, [_account_group(0)], utf8=True)
+        _write_groups(conn, [_account_group(0)], utf8=True)
         (pages,) = conn.execute("PRAGMA page_count").fetchone()
         conn.execute(f"PRAGMA max_page_count = {pages + 3}")
         big = _account_group(7)
@@ -582,13 +610,13 @@ def test_a_disk_full_in_the_middle_of_a_group_leaves_nothing_of_it(
         ]
         big.idempotency = [("a", "k", "f", 200, body, 0.5)]
         with pytest.raises(sqlite3.OperationalError, match="full"):
-            sqlite._write_groups(conn, [big], utf8=True)
+            _write_groups(conn, [big], utf8=True)
         assert not conn.in_transaction
         assert _count(conn, "event_ids") == _count(conn, "entries") == 0
         assert _count(conn, "idempotency") == 0
         assert conn.execute("SELECT clock FROM accounts").fetchall() == [(0,)]
         conn.execute("PRAGMA max_page_count = 1000000")
-        sqlite._write_groups(conn, [big], utf8=True)
+        _write_groups(conn, [big], utf8=True)
         assert _count(conn, "entries") == 2999
     finally:
         conn.close()
@@ -601,11 +629,11 @@ def test_or_replace_inside_the_trigger_replaces_rows_of_an_earlier_group(tmp_pat
         first = _account_group(0)
         first.event_ids = [("a", "e", "f1", 1, 1, 0.5)]
         first.checkpoints = [("a", 5, 1, '{"x":1}')]
-        sqlite._write_groups(conn, [first], utf8=True)
+        _write_groups(conn, [first], utf8=True)
         second = _account_group(1)
         second.event_ids = [("a", "e", "f2", 2, None, 1.5)]
         second.checkpoints = [("a", 5, 1, '{"x":2}')]
-        sqlite._write_groups(conn, [second], utf8=True)
+        _write_groups(conn, [second], utf8=True)
         assert conn.execute("SELECT * FROM event_ids").fetchall() == [
             ("a", "e", "f2", 2, None, 1.5)
         ]
@@ -623,10 +651,10 @@ def test_the_one_statement_waits_for_another_writer_and_not_for_readers(tmp_path
     reader = sqlite._connect(path)
     other = sqlite._connect(path)
     try:
-        sqlite._write_groups(conn, [_account_group(0)], utf8=True)
+        _write_groups(conn, [_account_group(0)], utf8=True)
         reader.execute("BEGIN")
         assert reader.execute("SELECT clock FROM accounts").fetchall() == [(0,)]
-        sqlite._write_groups(conn, [_account_group(1)], utf8=True)
+        _write_groups(conn, [_account_group(1)], utf8=True)
         assert reader.execute("SELECT clock FROM accounts").fetchall() == [(0,)]
         reader.execute("COMMIT")
 
@@ -637,7 +665,7 @@ def test_the_one_statement_waits_for_another_writer_and_not_for_readers(tmp_path
 
         def write() -> None:
             waiting.set()
-            sqlite._write_groups(conn, [_account_group(2)], utf8=True)
+            _write_groups(conn, [_account_group(2)], utf8=True)
             done.set()
 
         thread = threading.Thread(target=write)

@@ -636,7 +636,8 @@ class TestSqliteStore(EmbeddedContract, DurableContract[EmbeddedJournal]):
                 r[3]
                 for r in db.execute(f"EXPLAIN QUERY PLAN {sqlite_backend.LATEST_ENTRIES}", ("a", 5))
             )
-        assert "SEARCH entries USING INDEX entries_by_position (account_id=?)" in plan, plan
+        assert "SEARCH entries USING INDEX entries_by_position (account=?)" in plan, plan
+        assert "SEARCH accounts USING PRIMARY KEY (account_id=?)" in plan, plan
         assert "TEMP B-TREE" not in plan, plan
 
     @pytest.mark.parametrize(
@@ -656,11 +657,11 @@ class TestSqliteStore(EmbeddedContract, DurableContract[EmbeddedJournal]):
         index: str,
         args: tuple[object, ...],
     ) -> None:
-        """Not a scan of the account's history (the primary key's account_id prefix, which
+        """Not a scan of the account's history (the primary key's account prefix, which
         SQLite's planner picks by itself)."""
         with sqlite3.connect(tmp_path / "ledger.sqlite3") as db:
             plan = " | ".join(r[3] for r in db.execute(f"EXPLAIN QUERY PLAN {query}", args))
-        assert f"SEARCH entries USING INDEX {index} (account_id=? AND grant_id=?)" in plan, plan
+        assert f"SEARCH entries USING INDEX {index} (account=? AND grant_id=?)" in plan, plan
 
 
 class TransactionalContract(StorageContract[TransactionalStore]):

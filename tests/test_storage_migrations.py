@@ -62,6 +62,7 @@ RELEASED: dict[tuple[str, int], str] = {
     ("postgres", 6): "1dd9d8d960ec883081e0722318a5cf94f4a76bacc2aa50586116ef907b74ce47",
     ("sqlite", 6): "5458fa810fd2d16bd595798fb500ff7308edad6882865d35d413acc413ef248f",
     ("postgres", 7): "5fed47e80a9775d77bb8e080999b8197091527fb19275460ce29184a192e396f",
+    ("sqlite", 7): "f1c92d50378cb09bc7a4daf4783d144b956d81b8dfbf1748f459423ba2c48ba2",
 }
 
 # -- the release before versioned SQLite migrations (schema 1 in ``meta``) ------------------

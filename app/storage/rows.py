@@ -97,7 +97,7 @@ MIGRATION_COLUMNS: Final = ("version", "applied_at")
 SHARED_TABLES: Final[dict[str, tuple[str, ...]]] = {
     "accounts": ACCOUNT_COLUMNS,
     "live_grants": LIVE_GRANT_COLUMNS,
-    "entries": ENTRY_COLUMNS,
+    "entries": ENTRY_COLUMNS[1:],  # and its account: see BACKEND_ONLY_COLUMNS
     "checkpoints": CHECKPOINT_COLUMNS,
     "idempotency": IDEMPOTENCY_COLUMNS,
     "event_ids": EVENT_ID_COLUMNS,
@@ -109,6 +109,7 @@ BACKEND_ONLY_COLUMNS: Final[dict[str, dict[str, tuple[str, ...]]]] = {
         # Several processes share the database: ``version`` tells a process its cached
         # tracker is stale; ``available`` answers a balance read from the row alone.
         "accounts": ("available", "version"),
+        "entries": ("account_id",),
         # The account limit, counted in the database (creation is serialised on this row).
         "account_count": ("only_row", "n"),
     },
@@ -117,6 +118,11 @@ BACKEND_ONLY_COLUMNS: Final[dict[str, dict[str, tuple[str, ...]]]] = {
         # to the newest migration: that release refuses a file whose value is not 1, rather
         # than writing into a schema it does not know.
         "meta": ("key", "value"),
+        # Entries name their account by a number the account's row holds (given once, never
+        # changed): an integer key is cheaper than text for SQLite to compare and store in
+        # the entries' table and three indexes, which every write extends (migration 7).
+        "accounts": ("number",),
+        "entries": ("account",),
     },
 }
 
