@@ -679,3 +679,32 @@ def test_the_one_statement_waits_for_another_writer_and_not_for_readers(tmp_path
     finally:
         for c in (conn, reader, other):
             c.close()
+
+
+def test_an_account_keeps_its_number_and_a_new_one_takes_the_next(tmp_path: Path) -> None:
+    """Numbers are given once: a store opened again reads them back from the account rows
+    and gives a new account the next one (the unique index would refuse a number twice);
+    a number given in a group that failed is given again to the same account."""
+    path = tmp_path / "numbers.sqlite3"
+    conn = _writer_connection(path)
+    try:
+        first = _group()  # account "a" and its first entry
+        sqlite._write_groups(conn, [first], utf8=True, numbers=sqlite.AccountNumbers({}))
+        again = sqlite.AccountNumbers.read(conn)  # as a reopened store reads them
+        failed = rows.Rows(entries=[("b", 1, "grant", 0, 5, 0, 1, "{}", 1, 0)] * 2)
+        failed.accounts["b"] = AccountRow("b", 0, 0, 2, 2)
+        with pytest.raises(sqlite3.IntegrityError):  # the same entry twice
+            sqlite._write_groups(conn, [failed], utf8=True, numbers=again)
+        failed.entries.pop()
+        sqlite._write_groups(conn, [failed], utf8=True, numbers=again)
+        assert conn.execute("SELECT account_id, number FROM accounts ORDER BY 1").fetchall() == [
+            ("a", 1),
+            ("b", 2),
+        ]
+        assert conn.execute("SELECT account, sequence FROM entries ORDER BY 1").fetchall() == [
+            (1, 1),
+            (2, 1),
+        ]
+        assert sqlite.AccountNumbers.read(conn).of("c") == 3
+    finally:
+        conn.close()

@@ -27,6 +27,7 @@ import pytest
 from app.main import create_app
 from app.settings import Settings
 from app.storage import redacted_url
+from app.storage import sqlite as sqlite_backend
 from app.storage.base import MigrationStatus, SchemaTooNew
 from app.storage.postgres import MIGRATIONS as PG_MIGRATIONS
 from app.storage.postgres import PostgresStore
@@ -295,6 +296,40 @@ async def test_the_service_answers_from_a_sqlite_file_of_the_previous_release(
         httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client,
     ):
         await assert_answers_as_before(client)
+
+
+def test_sqlite_7_numbers_the_accounts_and_refuses_entries_of_no_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries keyed by their account's number keep every row as it was (same account, same
+    values), numbers go 1..n in id order; a file with an entry whose account has no row is
+    refused, naming check, and left as it was (the entry is not dropped)."""
+    path = tmp_path / DB_NAME
+    make_v1_sqlite_file(path, time.time())
+    conn = sqlite_backend._connect(path)
+    try:
+        monkeypatch.setattr(sqlite_backend, "MIGRATIONS", SQLITE_MIGRATIONS[:6])
+        assert sqlite_backend._migrate(conn) == [2, 3, 4, 5, 6]
+        monkeypatch.undo()
+        fields = "sequence, kind, timestamp, available, debt, grant_id, details, rank, revision"
+        before = conn.execute(f"SELECT account_id, {fields} FROM entries ORDER BY 1, 2").fetchall()
+        assert len({r[0] for r in before}) > 1
+        conn.execute(f"INSERT INTO entries SELECT 'ghost', {fields} FROM entries LIMIT 1")
+        with pytest.raises(sqlite3.IntegrityError, match="no account row: see gpu-credits check"):
+            sqlite_backend._migrate(conn)
+        assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (6,)
+        assert conn.execute("SELECT count(*) FROM entries").fetchone() == (len(before) + 1,)
+        conn.execute("DELETE FROM entries WHERE account_id = 'ghost'")
+        assert sqlite_backend._migrate(conn) == [7]
+        after = conn.execute(
+            f"SELECT a.account_id, {', '.join('e.' + f for f in fields.split(', '))} "
+            "FROM entries e JOIN accounts a ON a.number = e.account ORDER BY 1, 2"
+        ).fetchall()
+        assert after == before
+        numbers = [n for (n,) in conn.execute("SELECT number FROM accounts ORDER BY account_id")]
+        assert numbers == list(range(1, len(numbers) + 1))
+    finally:
+        conn.close()
 
 
 async def test_a_sqlite_file_a_newer_release_migrated_is_refused(tmp_path: Path) -> None:
