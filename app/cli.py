@@ -617,9 +617,10 @@ def _parser() -> argparse.ArgumentParser:
         help="run the HTTP service",
         description="Run the HTTP service (uvicorn). With no API key configured it listens "
         "on loopback only.\nStorage, limits and the rest come from GPU_CREDITS_* variables.",
-        epilog="exit codes: 0 stopped; 2 configuration error (one line on stderr); 3 the "
-        "service could not start\n(its storage refused: in use by another process, "
-        "unreachable, or migrated by a newer release).",
+        epilog="exit codes: 2 configuration error (one line on stderr); 3 the service could "
+        "not start\n(its storage refused: in use by another process, unreachable, or migrated "
+        "by a newer release).\nStopped by SIGTERM or SIGINT, it shuts down gracefully, then "
+        "ends by that signal, as uvicorn does\n(a shell shows 143 or 130).",
     )
     serve.add_argument("--host", help="address to listen on (default GPU_CREDITS_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="TCP port (default GPU_CREDITS_PORT, 8000)")

@@ -23,6 +23,7 @@ import json
 import os
 import random
 import re
+import signal
 import sqlite3
 import subprocess
 import threading
@@ -200,6 +201,19 @@ def test_help(cli: Cli, path: tuple[str, ...]) -> None:
     if path[:1] in (("grant",), ("consume",), ("balance",), ("ledger",)):
         for flag in ("--url", "--key", "--key-file", "exit codes"):
             assert flag in out, (path, flag)
+
+
+def test_serve_help_says_how_a_stop_by_signal_ends(cli: Cli, tmp_path: Path) -> None:
+    """``serve --help`` lists its exit codes: a stop by SIGTERM (docker stop, systemd) ends,
+    after the graceful shutdown, by that signal (uvicorn re-raises it), not with 0; the help
+    said "0 stopped" (found by the README audit)."""
+    out = succeeded(cli("serve", "--help"))
+    assert "0 stopped" not in out, out
+    assert "SIGTERM" in out, out
+    assert "143" in out, out
+    server = ServerProcess(tmp_path / "data", storage="memory")
+    server.start()
+    assert server.stop() == -signal.SIGTERM  # 128 + 15 = 143 in a shell
 
 
 # -- configuration errors and warnings -----------------------------------------------------
