@@ -677,7 +677,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Create an API key: the key is printed once on stdout; only the hash of "
         "its secret is stored.",
         epilog="example: gpu-credits keys create --name scheduler-a --scope credits:consume "
-        "--scope credits:read \\\n           --account-prefix team-a:",
+        "--scope credits:read \\\n           --account-prefix team-a:\n"
+        "exit codes: 0 created (the key on stdout); 2 usage or configuration error.",
     )
     create.add_argument("--name", required=True, help="who or what uses the key (shown by list)")
     create.add_argument(
@@ -713,6 +714,7 @@ def _parser() -> argparse.ArgumentParser:
         description="List the API keys: id, name, scopes, the accounts they may touch, when "
         "each was created and last\nused (UTC). A running service records a key's use when "
         "it authenticates, to within about a minute.",
+        epilog="exit codes: 0 listed; 2 configuration error (the key file cannot be read).",
     )
     listing.add_argument(
         "--json", action="store_true", help="one JSON object a line instead of a table"
