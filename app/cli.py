@@ -619,8 +619,9 @@ def _parser() -> argparse.ArgumentParser:
         "on loopback only.\nStorage, limits and the rest come from GPU_CREDITS_* variables.",
         epilog="exit codes: 2 configuration error (one line on stderr); 3 the service could "
         "not start\n(its storage refused: in use by another process, unreachable, or migrated "
-        "by a newer release).\nStopped by SIGTERM or SIGINT, it shuts down gracefully, then "
-        "ends by that signal, as uvicorn does\n(a shell shows 143 or 130).",
+        "by a newer release).\nStopped by SIGTERM or SIGINT, it shuts down gracefully; then one "
+        "process ends by that\nsignal, as uvicorn does (a shell shows 143 or 130), and "
+        "--workers N ends with 0.",
     )
     serve.add_argument("--host", help="address to listen on (default GPU_CREDITS_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="TCP port (default GPU_CREDITS_PORT, 8000)")

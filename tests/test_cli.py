@@ -875,6 +875,23 @@ def test_check_and_export_read_postgres(
         postgres_databases.give_back(url)
 
 
+def test_serve_with_workers_ends_with_0_on_sigterm(
+    postgres_databases: DatabasePool, tmp_path: Path
+) -> None:
+    """``serve --help`` says a stop by SIGTERM ends one process by that signal (the test
+    above) and ``--workers N`` (uvicorn's supervisor) with 0: found by the README audit."""
+    url = postgres_databases.take()
+    try:
+        env = {"GPU_CREDITS_DATABASE_URL": url}
+        server = ServerProcess(
+            tmp_path / "pg", storage="postgres", env=env, args=("--workers", "2")
+        )
+        server.start()
+        assert server.stop() == 0
+    finally:
+        postgres_databases.give_back(url)
+
+
 async def _pg_execute(url: str, statement: str) -> None:
     import asyncpg
 
