@@ -617,9 +617,11 @@ def _parser() -> argparse.ArgumentParser:
         help="run the HTTP service",
         description="Run the HTTP service (uvicorn). With no API key configured it listens "
         "on loopback only.\nStorage, limits and the rest come from GPU_CREDITS_* variables.",
-        epilog="exit codes: 0 stopped; 2 configuration error (one line on stderr); 3 the "
-        "service could not start\n(its storage refused: in use by another process, "
-        "unreachable, or migrated by a newer release).",
+        epilog="exit codes: 2 configuration error (one line on stderr); 3 the service could "
+        "not start\n(its storage refused: in use by another process, unreachable, or migrated "
+        "by a newer release).\nStopped by SIGTERM or SIGINT, it shuts down gracefully; then one "
+        "process ends by that\nsignal, as uvicorn does (a shell shows 143 or 130), and "
+        "--workers N ends with 0.",
     )
     serve.add_argument("--host", help="address to listen on (default GPU_CREDITS_HOST, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="TCP port (default GPU_CREDITS_PORT, 8000)")
@@ -676,7 +678,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Create an API key: the key is printed once on stdout; only the hash of "
         "its secret is stored.",
         epilog="example: gpu-credits keys create --name scheduler-a --scope credits:consume "
-        "--scope credits:read \\\n           --account-prefix team-a:",
+        "--scope credits:read \\\n           --account-prefix team-a:\n"
+        "exit codes: 0 created (the key on stdout); 2 usage or configuration error.",
     )
     create.add_argument("--name", required=True, help="who or what uses the key (shown by list)")
     create.add_argument(
@@ -712,6 +715,7 @@ def _parser() -> argparse.ArgumentParser:
         description="List the API keys: id, name, scopes, the accounts they may touch, when "
         "each was created and last\nused (UTC). A running service records a key's use when "
         "it authenticates, to within about a minute.",
+        epilog="exit codes: 0 listed; 2 configuration error (the key file cannot be read).",
     )
     listing.add_argument(
         "--json", action="store_true", help="one JSON object a line instead of a table"

@@ -23,6 +23,7 @@ import json
 import os
 import random
 import re
+import signal
 import sqlite3
 import subprocess
 import threading
@@ -198,8 +199,23 @@ def test_help(cli: Cli, path: tuple[str, ...]) -> None:
     if path in DATA_DIR_COMMANDS:
         assert "--data-dir" in out, path
     if path[:1] in (("grant",), ("consume",), ("balance",), ("ledger",)):
-        for flag in ("--url", "--key", "--key-file", "exit codes"):
+        for flag in ("--url", "--key", "--key-file"):
             assert flag in out, (path, flag)
+    if path not in ((), ("keys",)):  # every command (not the groups) says its exit codes
+        assert "exit codes:" in out, path
+
+
+def test_serve_help_says_how_a_stop_by_signal_ends(cli: Cli, tmp_path: Path) -> None:
+    """``serve --help`` lists its exit codes: a stop by SIGTERM (docker stop, systemd) ends,
+    after the graceful shutdown, by that signal (uvicorn re-raises it), not with 0; the help
+    said "0 stopped" (found by the README audit)."""
+    out = succeeded(cli("serve", "--help"))
+    assert "0 stopped" not in out, out
+    assert "SIGTERM" in out, out
+    assert "143" in out, out
+    server = ServerProcess(tmp_path / "data", storage="memory")
+    server.start()
+    assert server.stop() == -signal.SIGTERM  # 128 + 15 = 143 in a shell
 
 
 # -- configuration errors and warnings -----------------------------------------------------
@@ -865,6 +881,23 @@ def test_check_and_export_read_postgres(
         broken = cli("check", env=env)
         assert broken.returncode == 1, broken
         assert "live grant 1" in broken.stdout
+    finally:
+        postgres_databases.give_back(url)
+
+
+def test_serve_with_workers_ends_with_0_on_sigterm(
+    postgres_databases: DatabasePool, tmp_path: Path
+) -> None:
+    """``serve --help`` says a stop by SIGTERM ends one process by that signal (the test
+    above) and ``--workers N`` (uvicorn's supervisor) with 0: found by the README audit."""
+    url = postgres_databases.take()
+    try:
+        env = {"GPU_CREDITS_DATABASE_URL": url}
+        server = ServerProcess(
+            tmp_path / "pg", storage="postgres", env=env, args=("--workers", "2")
+        )
+        server.start()
+        assert server.stop() == 0
     finally:
         postgres_databases.give_back(url)
 
