@@ -502,6 +502,16 @@ async def test_refusals_before_the_stream_starts(client: httpx.AsyncClient) -> N
         422,
     )
     assert_problem(await client.get(EVENTS), 405)
+    # A key a stream cannot honour is refused, not ignored: its lines' ids are what makes
+    # a resent line harmless.
+    with_key = assert_problem(
+        await client.post(
+            EVENTS, content=body, headers={"content-type": NDJSON, "Idempotency-Key": "k-1"}
+        ),
+        422,
+    )
+    assert error_locs(with_key) == [["header", "Idempotency-Key"]]
+    assert "each line's id" in with_key["errors"][0]["message"]
     await assert_absent(client, "acme")
     ok_charset = await stream(client, body, headers={"content-type": NDJSON + "; charset=utf-8"})
     assert [r["status"] for r in ok_charset] == [200]

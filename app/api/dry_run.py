@@ -10,6 +10,8 @@ from typing import Any, Final
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 
+from app.api.idempotent import refuse_idempotency_key
+
 DRY_RUN: Final = "dry_run"
 DRY_RUN_PARAMETER: dict[str, Any] = {
     "name": DRY_RUN,
@@ -44,16 +46,7 @@ def dry_run_of(request: Request) -> bool:
     if value is None or value == "false":
         return False
     if value == "true":
-        if request.headers.getlist("idempotency-key"):
-            raise RequestValidationError(
-                [
-                    {
-                        "loc": ("header", "Idempotency-Key"),
-                        "msg": _REFUSED_KEY,
-                        "type": "idempotency_key_refused",
-                    }
-                ]
-            )
+        refuse_idempotency_key(request, _REFUSED_KEY)
         return True
     raise RequestValidationError(
         [

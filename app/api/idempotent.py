@@ -64,6 +64,15 @@ def idempotency_key(request: Request) -> str | None:
     return values[0]
 
 
+def refuse_idempotency_key(request: Request, why: str) -> None:
+    """422 when the request carries an ``Idempotency-Key`` its operation cannot honour: a
+    key silently ignored would let a client believe its retry is covered by it."""
+    if request.headers.getlist("idempotency-key"):
+        raise RequestValidationError(
+            [{"loc": ("header", "Idempotency-Key"), "msg": why, "type": "idempotency_key_refused"}]
+        )
+
+
 def idempotency_of(
     request: Request, operation: str, account_id: str, body: BaseModel, scope: str | None = None
 ) -> Idempotency | None:

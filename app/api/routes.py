@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response
 from prometheus_client.exposition import choose_encoder
@@ -44,6 +44,7 @@ from app.api.idempotent import (
     REPLAYED_HEADER,
     WITH_IDEMPOTENCY_KEY,
     idempotency_of,
+    refuse_idempotency_key,
     replayed,
 )
 from app.api.problems import Disabled, ProblemType, describe, documented, problem_response
@@ -787,6 +788,12 @@ EVENTS_REQUEST_BODY: dict[str, Any] = {
 }
 
 
+_STREAM_REFUSES_KEY: Final = (
+    "a usage stream takes no Idempotency-Key: each line's id makes a line sent again "
+    "harmless (it answers duplicate); resend from the first line without a result"
+)
+
+
 @router.post(
     EVENTS_PATH,
     operation_id="streamEvents",
@@ -816,13 +823,15 @@ async def stream_events(request: Request) -> Any:
     body the single endpoint would answer, a problem document for a line that is invalid,
     forbidden or refused (the stream goes on), or `"duplicate": true` for an id the account
     already applied (nothing changes). A client resumes after a failure by sending again
-    from the first line without a result. Each line needs its operation's scope and
-    account; the key needs `credits:grant` or `credits:consume`."""
+    from the first line without a result (the lines' ids make that safe: the stream takes
+    no `Idempotency-Key`, 422). Each line needs its operation's scope and account; the key
+    needs `credits:grant` or `credits:consume`."""
     key = request.state.api_key
     if not may_stream(key):
         raise Forbidden("the API key lacks the scopes credits:grant and credits:consume")
     if not is_ndjson_media_type(request.headers.get("content-type")):
         raise UnsupportedMediaType("the request body must be NDJSON: application/x-ndjson", NDJSON)
+    refuse_idempotency_key(request, _STREAM_REFUSES_KEY)
     ledger = _ledger(request)
     if ledger.failure is not None:
         raise ServiceUnavailable(ledger.failure)

@@ -112,8 +112,9 @@ def sync_detailed(
     body the single endpoint would answer, a problem document for a line that is invalid,
     forbidden or refused (the stream goes on), or `"duplicate": true` for an id the account
     already applied (nothing changes). A client resumes after a failure by sending again
-    from the first line without a result. Each line needs its operation's scope and
-    account; the key needs `credits:grant` or `credits:consume`.
+    from the first line without a result (the lines' ids make that safe: the stream takes
+    no `Idempotency-Key`, 422). Each line needs its operation's scope and account; the key
+    needs `credits:grant` or `credits:consume`.
 
     Args:
         body (File): NDJSON: one `EventLine` per line.
@@ -150,8 +151,9 @@ def sync(
     body the single endpoint would answer, a problem document for a line that is invalid,
     forbidden or refused (the stream goes on), or `"duplicate": true` for an id the account
     already applied (nothing changes). A client resumes after a failure by sending again
-    from the first line without a result. Each line needs its operation's scope and
-    account; the key needs `credits:grant` or `credits:consume`.
+    from the first line without a result (the lines' ids make that safe: the stream takes
+    no `Idempotency-Key`, 422). Each line needs its operation's scope and account; the key
+    needs `credits:grant` or `credits:consume`.
 
     Args:
         body (File): NDJSON: one `EventLine` per line.
@@ -183,8 +185,9 @@ async def asyncio_detailed(
     body the single endpoint would answer, a problem document for a line that is invalid,
     forbidden or refused (the stream goes on), or `"duplicate": true` for an id the account
     already applied (nothing changes). A client resumes after a failure by sending again
-    from the first line without a result. Each line needs its operation's scope and
-    account; the key needs `credits:grant` or `credits:consume`.
+    from the first line without a result (the lines' ids make that safe: the stream takes
+    no `Idempotency-Key`, 422). Each line needs its operation's scope and account; the key
+    needs `credits:grant` or `credits:consume`.
 
     Args:
         body (File): NDJSON: one `EventLine` per line.
@@ -219,8 +222,9 @@ async def asyncio(
     body the single endpoint would answer, a problem document for a line that is invalid,
     forbidden or refused (the stream goes on), or `"duplicate": true` for an id the account
     already applied (nothing changes). A client resumes after a failure by sending again
-    from the first line without a result. Each line needs its operation's scope and
-    account; the key needs `credits:grant` or `credits:consume`.
+    from the first line without a result (the lines' ids make that safe: the stream takes
+    no `Idempotency-Key`, 422). Each line needs its operation's scope and account; the key
+    needs `credits:grant` or `credits:consume`.
 
     Args:
         body (File): NDJSON: one `EventLine` per line.
