@@ -299,8 +299,9 @@ class SchemaCeiling:
     batch, with the store's own statements, one ``executemany`` each: the entries (one per
     operation, every column: ``details`` in the compact JSON the store writes, the rank of a
     grant or consumption being its sequence), the live grants upserted, those deleted, and one
-    ``accounts`` row per account touched; one COMMIT. Entries name their account by its
-    number, and an account's row holds it (``AccountNumbers``), as the store writes them."""
+    ``accounts`` row per account touched; one COMMIT. Entries and live grants name their
+    account by its number, and an account's row holds it (``AccountNumbers``), as the store
+    writes them."""
 
     def __init__(self, path: Path) -> None:
         self._conn = _connect(path)
@@ -440,9 +441,9 @@ class SchemaCeiling:
         number_of = self._numbers.of
         conn.executemany(_INSERT_ENTRY, [(number_of(e[0]), *e[1:]) for e in entries])
         if upserts:
-            conn.executemany(_UPSERT_LIVE_GRANT, upserts)
+            conn.executemany(_UPSERT_LIVE_GRANT, [(number_of(g[0]), *g[1:]) for g in upserts])
         if deletes:
-            conn.executemany(_DELETE_LIVE_GRANT, deletes)
+            conn.executemany(_DELETE_LIVE_GRANT, [(number_of(a), g) for a, g in deletes])
         conn.executemany(_UPSERT_ACCOUNT, [(*a, number_of(a[0])) for a in accounts])
         conn.execute("COMMIT")
         return json.dumps({"results": answers}, separators=(",", ":")).encode()

@@ -150,7 +150,9 @@ def expected_views(path: Path, sample: list[str]) -> dict[str, tuple[int, int, i
                 "SELECT clock, debt FROM accounts WHERE account_id = ?", (aid,)
             ).fetchone()
             (available,) = conn.execute(
-                "SELECT coalesce(sum(remaining), 0) FROM live_grants WHERE account_id = ?", (aid,)
+                "SELECT coalesce(sum(remaining), 0) FROM live_grants "
+                "WHERE account = (SELECT number FROM accounts WHERE account_id = ?)",
+                (aid,),
             ).fetchone()
             out[aid] = (clock, debt, available)
         return out

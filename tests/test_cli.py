@@ -782,8 +782,8 @@ TAMPERING = {
     ),
     "a live grant's remainder": (
         [
-            "UPDATE live_grants SET remaining = remaining + 3 WHERE (account_id, grant_id) = "
-            "(SELECT account_id, grant_id FROM live_grants ORDER BY account_id, grant_id LIMIT 1)"
+            "UPDATE live_grants SET remaining = remaining + 3 WHERE (account, grant_id) = "
+            "(SELECT account, grant_id FROM live_grants ORDER BY account, grant_id LIMIT 1)"
         ],
         ["live grant", "does not reconcile", "remaining"],
     ),
@@ -811,12 +811,12 @@ TAMPERING = {
         [f"UPDATE entries SET details = '{{' WHERE {H0} AND sequence = 3"],
         ["account 'h0'", "cannot be read"],
     ),
-    "an orphan row": (
+    "an orphan live grant": (
         [
-            "INSERT INTO live_grants SELECT 'ghost', grant_id, expiry, remaining, resources, "
+            "INSERT INTO live_grants SELECT 987653, grant_id, expiry, remaining, resources, "
             "granted_at FROM live_grants LIMIT 1"
         ],
-        ["database:", "'ghost'", "no account row"],
+        ["database:", "live_grants rows", "number 987653", "no account row"],
     ),
     "an orphan entry": (
         [

@@ -175,7 +175,9 @@ def _write_groups(conn: sqlite3.Connection, groups: Sequence[rows.Rows], *, utf8
 def _bound_row_by_row(conn: sqlite3.Connection, group: rows.Rows) -> None:
     """The same group written as before: one executemany of a VALUES statement per table
     (with the accounts numbered in the same order as the one statement numbers them)."""
-    entries, restated_entries, entry_deletes, accounts = sqlite.numbered_rows(group, _numbers(conn))
+    entries, restated_entries, entry_deletes, live_upserts, live_deletes, accounts = (
+        sqlite.numbered_rows(group, _numbers(conn))
+    )
     new_entries = {(e[0], e[1]) for e in entries}
     conn.execute("BEGIN IMMEDIATE")
     conn.executemany(sqlite._INSERT_IDEMPOTENCY, group.idempotency)
@@ -187,8 +189,8 @@ def _bound_row_by_row(conn: sqlite3.Connection, group: rows.Rows) -> None:
     conn.executemany(sqlite._INSERT_ENTRY, entries)
     conn.executemany(sqlite._UPSERT_ENTRY, restated_entries)
     conn.executemany(sqlite._DELETE_ENTRY, entry_deletes)
-    conn.executemany(sqlite._UPSERT_LIVE_GRANT, group.live_grant_upserts)
-    conn.executemany(sqlite._DELETE_LIVE_GRANT, group.live_grant_deletes)
+    conn.executemany(sqlite._UPSERT_LIVE_GRANT, live_upserts)
+    conn.executemany(sqlite._DELETE_LIVE_GRANT, live_deletes)
     conn.executemany(sqlite._UPSERT_ACCOUNT, accounts)
     conn.execute("COMMIT")
 

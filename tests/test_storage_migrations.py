@@ -63,7 +63,7 @@ RELEASED: dict[tuple[str, int], str] = {
     ("postgres", 6): "1dd9d8d960ec883081e0722318a5cf94f4a76bacc2aa50586116ef907b74ce47",
     ("sqlite", 6): "5458fa810fd2d16bd595798fb500ff7308edad6882865d35d413acc413ef248f",
     ("postgres", 7): "5fed47e80a9775d77bb8e080999b8197091527fb19275460ce29184a192e396f",
-    ("sqlite", 7): "f1c92d50378cb09bc7a4daf4783d144b956d81b8dfbf1748f459423ba2c48ba2",
+    ("sqlite", 7): "33a8a52fcf4aee13b2234993ed14dba099ba1ea00ec6962005af8c2abcc54f9f",
 }
 
 # -- the release before versioned SQLite migrations (schema 1 in ``meta``) ------------------
@@ -298,12 +298,13 @@ async def test_the_service_answers_from_a_sqlite_file_of_the_previous_release(
         await assert_answers_as_before(client)
 
 
-def test_sqlite_7_numbers_the_accounts_and_refuses_entries_of_no_account(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("orphan", ["entries", "live_grants"])
+def test_sqlite_7_numbers_the_accounts_and_refuses_rows_of_no_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, orphan: str
 ) -> None:
-    """Entries keyed by their account's number keep every row as it was (same account, same
-    values), numbers go 1..n in id order; a file with an entry whose account has no row is
-    refused, naming check, and left as it was (the entry is not dropped)."""
+    """Entries and live grants keyed by their account's number keep every row as it was
+    (same account, same values), numbers go 1..n in id order; a file with a row whose
+    account has no row is refused, naming check, and left as it was (nothing dropped)."""
     path = tmp_path / DB_NAME
     make_v1_sqlite_file(path, time.time())
     conn = sqlite_backend._connect(path)
@@ -311,21 +312,30 @@ def test_sqlite_7_numbers_the_accounts_and_refuses_entries_of_no_account(
         monkeypatch.setattr(sqlite_backend, "MIGRATIONS", SQLITE_MIGRATIONS[:6])
         assert sqlite_backend._migrate(conn) == [2, 3, 4, 5, 6]
         monkeypatch.undo()
-        fields = "sequence, kind, timestamp, available, debt, grant_id, details, rank, revision"
-        before = conn.execute(f"SELECT account_id, {fields} FROM entries ORDER BY 1, 2").fetchall()
-        assert len({r[0] for r in before}) > 1
-        conn.execute(f"INSERT INTO entries SELECT 'ghost', {fields} FROM entries LIMIT 1")
+        fields = {
+            "entries": "sequence, kind, timestamp, available, debt, grant_id, details, rank, "
+            "revision",
+            "live_grants": "grant_id, expiry, remaining, resources, granted_at",
+        }
+        before = {
+            table: conn.execute(f"SELECT account_id, {f} FROM {table} ORDER BY 1, 2").fetchall()
+            for table, f in fields.items()
+        }
+        assert all(len({r[0] for r in rows}) > 1 for rows in before.values())
+        conn.execute(f"INSERT INTO {orphan} SELECT 'ghost', {fields[orphan]} FROM {orphan} LIMIT 1")
         with pytest.raises(sqlite3.IntegrityError, match="no account row: see gpu-credits check"):
             sqlite_backend._migrate(conn)
         assert conn.execute("SELECT max(version) FROM schema_migrations").fetchone() == (6,)
-        assert conn.execute("SELECT count(*) FROM entries").fetchone() == (len(before) + 1,)
-        conn.execute("DELETE FROM entries WHERE account_id = 'ghost'")
+        count = conn.execute(f"SELECT count(*) FROM {orphan}").fetchone()
+        assert count == (len(before[orphan]) + 1,)
+        conn.execute(f"DELETE FROM {orphan} WHERE account_id = 'ghost'")
         assert sqlite_backend._migrate(conn) == [7]
-        after = conn.execute(
-            f"SELECT a.account_id, {', '.join('e.' + f for f in fields.split(', '))} "
-            "FROM entries e JOIN accounts a ON a.number = e.account ORDER BY 1, 2"
-        ).fetchall()
-        assert after == before
+        for table, f in fields.items():
+            after = conn.execute(
+                f"SELECT a.account_id, {', '.join('t.' + c for c in f.split(', '))} "
+                f"FROM {table} t JOIN accounts a ON a.number = t.account ORDER BY 1, 2"
+            ).fetchall()
+            assert after == before[table]
         numbers = [n for (n,) in conn.execute("SELECT number FROM accounts ORDER BY account_id")]
         assert numbers == list(range(1, len(numbers) + 1))
     finally:

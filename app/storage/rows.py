@@ -96,7 +96,7 @@ MIGRATION_COLUMNS: Final = ("version", "applied_at")
 # Every shared table and its columns, in order.
 SHARED_TABLES: Final[dict[str, tuple[str, ...]]] = {
     "accounts": ACCOUNT_COLUMNS,
-    "live_grants": LIVE_GRANT_COLUMNS,
+    "live_grants": LIVE_GRANT_COLUMNS[1:],  # and its account: see BACKEND_ONLY_COLUMNS
     "entries": ENTRY_COLUMNS[1:],  # and its account: see BACKEND_ONLY_COLUMNS
     "checkpoints": CHECKPOINT_COLUMNS,
     "idempotency": IDEMPOTENCY_COLUMNS,
@@ -110,6 +110,7 @@ BACKEND_ONLY_COLUMNS: Final[dict[str, dict[str, tuple[str, ...]]]] = {
         # tracker is stale; ``available`` answers a balance read from the row alone.
         "accounts": ("available", "version"),
         "entries": ("account_id",),
+        "live_grants": ("account_id",),
         # The account limit, counted in the database (creation is serialised on this row).
         "account_count": ("only_row", "n"),
     },
@@ -118,11 +119,12 @@ BACKEND_ONLY_COLUMNS: Final[dict[str, dict[str, tuple[str, ...]]]] = {
         # to the newest migration: that release refuses a file whose value is not 1, rather
         # than writing into a schema it does not know.
         "meta": ("key", "value"),
-        # Entries name their account by a number the account's row holds (given once, never
-        # changed): an integer key is cheaper than text for SQLite to compare and store in
-        # the entries' table and three indexes, which every write extends (migration 7).
+        # Entries and live grants name their account by a number the account's row holds
+        # (given once, never changed): an integer key is cheaper than text for SQLite to
+        # compare and store in the tables and indexes every write extends (migration 7).
         "accounts": ("number",),
         "entries": ("account",),
+        "live_grants": ("account",),
     },
 }
 

@@ -262,13 +262,13 @@ CREATE INDEX event_ids_by_age ON event_ids (created_at_s);
     ),
     (
         7,
-        # Entries keyed by an account's number, not its id: each entry repeats its account
-        # in the table and in three indexes, and a short integer key costs SQLite less to
-        # compare and store than text (a write to entries and its indexes, grown file:
-        # 16.0 us against 19.4 with ids like "acct-123", 22.7 with 36-character ids).
-        # An account's number is given once, when its row is made, and never changes. The
-        # trigger refuses entries whose account has no row (a damaged file: `check` names
-        # them) rather than dropping them.
+        # Entries and live grants keyed by an account's number, not its id: each entry
+        # repeats its account in the table and in three indexes, a live grant in its table,
+        # and a short integer key costs SQLite less to compare and store than text (a write
+        # to entries and its indexes, grown file: 16.0 us against 19.4 with ids like
+        # "acct-123", 22.7 with 36-character ids). An account's number is given once, when
+        # its row is made, and never changes. The triggers refuse rows whose account has no
+        # row (a damaged file: `check` names them) rather than dropping them.
         """
 ALTER TABLE accounts ADD COLUMN number INTEGER;
 UPDATE accounts SET number = numbered.n
@@ -301,6 +301,27 @@ INSERT INTO entries_by_number
 DROP TRIGGER entries_need_an_account;
 DROP TABLE entries;
 ALTER TABLE entries_by_number RENAME TO entries;
+CREATE TABLE live_grants_by_number (
+    account INTEGER NOT NULL,
+    grant_id INTEGER NOT NULL,
+    expiry INTEGER NOT NULL,
+    remaining INTEGER NOT NULL,
+    resources TEXT,
+    granted_at INTEGER NOT NULL,
+    PRIMARY KEY (account, grant_id)
+) WITHOUT ROWID;
+CREATE TEMP TRIGGER live_grants_need_an_account BEFORE INSERT ON live_grants_by_number
+    WHEN NEW.account IS NULL
+BEGIN
+    SELECT RAISE(ABORT, 'live grants of an account that has no account row: see gpu-credits check');
+END;
+INSERT INTO live_grants_by_number
+    SELECT (SELECT a.number FROM accounts a WHERE a.account_id = g.account_id), g.grant_id,
+        g.expiry, g.remaining, g.resources, g.granted_at
+    FROM live_grants g ORDER BY 1, 2;
+DROP TRIGGER live_grants_need_an_account;
+DROP TABLE live_grants;
+ALTER TABLE live_grants_by_number RENAME TO live_grants;
 CREATE INDEX entries_by_grant ON entries (account, grant_id) WHERE kind = 'grant';
 CREATE INDEX entries_by_void ON entries (account, grant_id) WHERE kind = 'void';
 CREATE INDEX entries_by_position ON entries (account, timestamp, rank, available, debt);
@@ -319,6 +340,8 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 _ACCOUNT_NUMBER_COLUMNS: Final = (*ACCOUNT_COLUMNS, "number")
 assert ENTRY_COLUMNS[0] == "account_id"
 _ENTRY_ROW_COLUMNS: Final = ("account", *ENTRY_COLUMNS[1:])
+assert LIVE_GRANT_COLUMNS[0] == "account_id"
+_LIVE_GRANT_ROW_COLUMNS: Final = ("account", *LIVE_GRANT_COLUMNS[1:])
 # An account's number from its id, in a statement over entries: SQLite evaluates it once
 # (it does not depend on the row) and then descends the entries' indexes by the number.
 _NUMBER_OF = "(SELECT number FROM accounts WHERE account_id = ?)"
@@ -333,10 +356,10 @@ ON CONFLICT (account_id) DO UPDATE SET
     folded_since_checkpoint = excluded.folded_since_checkpoint
 """
 _UPSERT_LIVE_GRANT = f"""
-INSERT INTO live_grants ({columns(LIVE_GRANT_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT (account_id, grant_id) DO UPDATE SET remaining = excluded.remaining
+INSERT INTO live_grants ({columns(_LIVE_GRANT_ROW_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (account, grant_id) DO UPDATE SET remaining = excluded.remaining
 """
-_DELETE_LIVE_GRANT = "DELETE FROM live_grants WHERE account_id = ? AND grant_id = ?"
+_DELETE_LIVE_GRANT = "DELETE FROM live_grants WHERE account = ? AND grant_id = ?"
 # Over any entry of its sequence: a late write restates entries after it (SPEC section 6).
 _UPSERT_ENTRY = f"""
 INSERT INTO entries ({columns(_ENTRY_ROW_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -406,14 +429,14 @@ def _from_json_rows(sql: str, count: int, blobs: tuple[int, ...] = ()) -> str:
 
 _INSERT_ENTRIES = _from_json_rows(_INSERT_ENTRY, len(_ENTRY_ROW_COLUMNS))
 _UPSERT_ENTRIES = _from_json_rows(_UPSERT_ENTRY, len(_ENTRY_ROW_COLUMNS))
-_UPSERT_LIVE_GRANTS = _from_json_rows(_UPSERT_LIVE_GRANT, len(LIVE_GRANT_COLUMNS))
+_UPSERT_LIVE_GRANTS = _from_json_rows(_UPSERT_LIVE_GRANT, len(_LIVE_GRANT_ROW_COLUMNS))
 _UPSERT_ACCOUNTS = _from_json_rows(_UPSERT_ACCOUNT, len(_ACCOUNT_NUMBER_COLUMNS))
 _INSERT_EVENT_IDS = _from_json_rows(_INSERT_EVENT_ID, len(EVENT_ID_COLUMNS))
 # The CASTs let the IN use both columns of the primary key (without them SQLite searched by
 # account only and scanned the account's live grants: 138 ms against 5 for 1,000 deletes).
 _DELETE_LIVE_GRANTS = (
-    "DELETE FROM live_grants WHERE (account_id, grant_id) IN "
-    "(SELECT CAST(value->>0 AS TEXT), CAST(value->>1 AS INTEGER) FROM json_each(?))"
+    "DELETE FROM live_grants WHERE (account, grant_id) IN "
+    "(SELECT CAST(value->>0 AS INTEGER), CAST(value->>1 AS INTEGER) FROM json_each(?))"
 )
 _DELETE_ENTRIES = (
     "DELETE FROM entries WHERE (account, sequence) IN "
@@ -473,13 +496,16 @@ class AccountNumbers:
 
 
 def numbered_rows(group: rows.Rows, numbers: AccountNumbers) -> Tables:
-    """``group``'s entries, restated entries, entry deletes and account rows as this store
-    writes them: an entry names its account by number, an account row ends with its own."""
+    """``group``'s entries, restated entries, entry deletes, live grant upserts and deletes
+    and account rows as this store writes them: entries and live grants name their account
+    by number, an account row ends with its own."""
     of = numbers.of
     return (
         [(of(e[0]), *e[1:]) for e in group.entries],
         [(of(e[0]), *e[1:]) for e in group.restated_entries],
         [(of(account_id), sequence) for account_id, sequence in group.entry_deletes],
+        [(of(g[0]), *g[1:]) for g in group.live_grant_upserts],
+        [(of(account_id), grant_id) for account_id, grant_id in group.live_grant_deletes],
         [(*values, of(values[0])) for values in group.account_values()],
     )
 
@@ -487,16 +513,18 @@ def numbered_rows(group: rows.Rows, numbers: AccountNumbers) -> Tables:
 def _tables_of(group: rows.Rows, keys: Sequence[KeyText], numbers: AccountNumbers) -> Tables:
     """``group``'s rows in ``_GROUP_STEPS`` order, with ``keys`` for its idempotency records
     (see ``_keys_as_text``; empty when they are bound as bytes instead)."""
-    entries, restated_entries, entry_deletes, accounts = numbered_rows(group, numbers)
+    entries, restated, entry_deletes, live_upserts, live_deletes, accounts = numbered_rows(
+        group, numbers
+    )
     return (
         keys,
         group.event_ids,
         entries,
-        restated_entries,
+        restated,
         entry_deletes,
         group.checkpoints,
-        group.live_grant_upserts,
-        group.live_grant_deletes,
+        live_upserts,
+        live_deletes,
         accounts,
     )
 
@@ -879,7 +907,7 @@ def _read_account_state(conn: sqlite3.Connection | None, account_id: str) -> Loa
             LiveGrant(grant_id, expiry, remaining, rows.classes_of(resources), granted_at)
             for grant_id, expiry, remaining, resources, granted_at in conn.execute(
                 "SELECT grant_id, expiry, remaining, resources, granted_at FROM live_grants "
-                "WHERE account_id = ? ORDER BY grant_id",
+                f"WHERE account = {_NUMBER_OF} ORDER BY grant_id",
                 (account_id,),
             )
         )
@@ -1014,26 +1042,30 @@ class SqliteStore:
             raise StorageError(problem)
 
         state = LoadedState()
-        live_grants: dict[str, list[LiveGrant]] = {}
+        live_grants: dict[int, list[LiveGrant]] = {}  # by account number
         # Accounts share their class lists: one tuple per distinct list, not one per grant.
         shared: dict[str, tuple[str, ...]] = {}
-        for account_id, grant_id, expiry, remaining, resources, granted_at in conn.execute(
-            "SELECT account_id, grant_id, expiry, remaining, resources, granted_at FROM live_grants"
+        for number, grant_id, expiry, remaining, resources, granted_at in conn.execute(
+            "SELECT account, grant_id, expiry, remaining, resources, granted_at FROM live_grants"
         ):
             classes = None
             if resources is not None:
                 classes = shared.get(resources)
                 if classes is None:
                     classes = shared[resources] = tuple(json.loads(resources))
-            live_grants.setdefault(account_id, []).append(
+            live_grants.setdefault(number, []).append(
                 LiveGrant(grant_id, expiry, remaining, classes, granted_at)
             )
-        for values in conn.execute(f"SELECT {_ACCOUNT_FIELDS} FROM accounts").fetchall():
+        for *values, number in conn.execute(
+            f"SELECT {_ACCOUNT_FIELDS}, number FROM accounts"
+        ).fetchall():
             row = rows.account_row(*values)
-            account_live = tuple(live_grants.pop(row.account_id, ()))
+            account_live = tuple(live_grants.pop(number, ()))
             state.accounts[row.account_id] = _loaded_account(conn, row, account_live)
         if live_grants:
-            raise StorageError(f"live grants without an account row: {sorted(live_grants)[:5]}")
+            raise StorageError(
+                f"live grants without an account row: account numbers {sorted(live_grants)[:5]}"
+            )
         # Bodies stay on disk (read back on a replay): startup time and memory then grow
         # with the number of keys, not with the size of their answers.
         for row in conn.execute(
@@ -1596,9 +1628,10 @@ class SqliteSnapshot:
             for (message,) in conn.execute("PRAGMA integrity_check(20)")
             if message != "ok"
         ]
-        # Entries name their account by number (migration 7): an orphan has no id left.
+        # Entries and live grants name their account by number (migration 7): an orphan
+        # has no id left.
         for table, account, of in (
-            ("live_grants", "account_id", "account_id"),
+            ("live_grants", "account", "number"),
             ("entries", "account", "number"),
             ("checkpoints", "account_id", "account_id"),
         ):
