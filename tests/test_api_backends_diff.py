@@ -11,7 +11,11 @@ late write then touches; single endpoints, ``POST /v1/batch`` (atomic or not) an
 between them (as-of and projected balances in total and per class, the live grants, each
 grant, the settings, ledger pages from random cursors, the forecast, the accounts list).
 The SQLite and PostgreSQL apps are closed and reopened on the same database at random points
-(through ``create_app`` and its lifespan); the memory app never is.
+(through ``create_app`` and its lifespan); the memory app never is. PostgreSQL runs two apps
+on one database, each request sent to either (what one wrote, the other must answer from).
+The service's window is 8, 30 (longer than most grants live: expirations inside it) or 0
+(late writes only where a PUT gives the account a window), by seed. Reads include the
+account page (``/ui/accounts/{id}``), compared across backends byte for byte.
 
 Besides agreeing, the memory app's answers must be SPEC's: every write, refusal, batch
 result, stream line (duplicates and reused ids too) and read (balances, live grants,
@@ -57,7 +61,7 @@ NDJSON = "application/x-ndjson"
 # others, longer, when hunting.
 _FIRST, _, _END = os.environ.get("BACKENDS_DIFF_SEEDS", "0:6").partition(":")
 SEEDS = range(int(_FIRST), int(_END))
-STEPS = int(os.environ.get("BACKENDS_DIFF_STEPS", "70"))
+STEPS = int(os.environ.get("BACKENDS_DIFF_STEPS", "100"))
 
 
 class BoundedSettings(Settings):
@@ -132,7 +136,8 @@ class Oracle:
     account, plus what the model leaves out: grant labels, getGrant, ledger pages from a
     cursor, and stream ids."""
 
-    def __init__(self, bound: int) -> None:
+    def __init__(self, window: int, bound: int) -> None:
+        self.service_window = window
         self.bound = bound
         self.models: dict[str, LateAccount] = {}
         self.labels: dict[tuple[str, int], tuple[Any, Any]] = {}
@@ -140,7 +145,7 @@ class Oracle:
 
     def model(self, models: dict[str, LateAccount], account_id: str) -> LateAccount:
         if account_id not in models:
-            model = BoundedAccount(account_id, WINDOW)
+            model = BoundedAccount(account_id, self.service_window)
             model.bound = self.bound
             models[account_id] = model
         return models[account_id]
@@ -221,7 +226,7 @@ class Oracle:
         if m is None:
             assert status == 404, body
             return
-        assert (status, body) == (200, m.set_window(window, WINDOW))
+        assert (status, body) == (200, m.set_window(window, self.service_window))
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -304,22 +309,40 @@ class Oracle:
 
 @dataclass
 class Backend:
+    """One backend: ``processes`` apps on the same storage (PostgreSQL serves several), each
+    request sent to one of them, drawn by ``rng``."""
+
     name: str
     settings: Settings
-    stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
-    client: httpx.AsyncClient | None = None
+    processes: int = 1
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    stacks: list[contextlib.AsyncExitStack] = field(default_factory=list)
+    clients: list[httpx.AsyncClient] = field(default_factory=list)
 
     async def start(self) -> None:
-        self.client = await self.stack.enter_async_context(running(create_app(self.settings)))
+        for _ in range(self.processes):
+            await self._start_one()
+
+    async def _start_one(self) -> None:
+        stack = contextlib.AsyncExitStack()
+        self.clients.append(await stack.enter_async_context(running(create_app(self.settings))))
+        self.stacks.append(stack)
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        return self.clients[self.rng.randrange(len(self.clients))]
 
     async def stop(self) -> None:
-        await self.stack.aclose()
-        self.stack = contextlib.AsyncExitStack()
-        self.client = None
+        while self.stacks:
+            await self.stacks.pop().aclose()
+        self.clients.clear()
 
     async def restart(self) -> None:
-        await self.stop()
-        await self.start()
+        """Close one of its apps and start it again on the same storage."""
+        index = self.rng.randrange(len(self.stacks))
+        await self.stacks.pop(index).aclose()
+        self.clients.pop(index)
+        await self._start_one()
 
 
 @dataclass
@@ -354,7 +377,6 @@ class Differ:
         self.log.append(f"{method} {path} {kwargs!r}")
         answers: list[httpx.Response] = []
         for backend in self.backends:
-            assert backend.client is not None
             answers.append(await backend.client.request(method, path, **kwargs))
         first = seen(answers[0])
         assert first[0] < 500, ("5xx", answers[0].text, "\n".join(self.log))
@@ -587,6 +609,7 @@ class Differ:
             (f"{base}/grants", {}),
             (f"{base}/settings", {}),
             ("/v1/accounts", {}),
+            (f"/ui/accounts/{account.account_id}", {}),
             *[(f"{base}/grants/{g}", {}) for g in range(1, account.grants + 1)],
         ]:
             out.append(seen(await self.send("GET", path, params=params)))
@@ -711,7 +734,9 @@ async def test_backends_answer_alike(
     pool = request.getfixturevalue("postgres_databases")
     database_url = pool.take()
     bound = 4 if seed % 2 else Limits().max_provisional_writes
-    common: dict[str, Any] = {"lateness_window": WINDOW, "max_provisional": bound}
+    # 0: late writes only where a PUT allows them; 30: longer than most grants live
+    window = [WINDOW, 30, WINDOW, 0][seed % 4]
+    common: dict[str, Any] = {"lateness_window": window, "max_provisional": bound}
     backends = [
         Backend("memory", BoundedSettings(storage="memory", data_dir=tmp_path / "m", **common)),
         Backend("sqlite", BoundedSettings(storage="sqlite", data_dir=tmp_path / "s", **common)),
@@ -720,13 +745,15 @@ async def test_backends_answer_alike(
             BoundedSettings(
                 storage="postgres", data_dir=tmp_path / "p", database_url=database_url, **common
             ),
+            processes=2,  # two apps on one database, each request to either
+            rng=random.Random(seed),
         ),
     ]
     log: list[str] = []
     try:
         for backend in backends:
             await backend.start()
-        oracle = Oracle(bound)
+        oracle = Oracle(window, bound)
         await Differ(backends, random.Random(seed), log, oracle).run(STEPS)
     finally:
         for backend in backends:
