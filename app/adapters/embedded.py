@@ -465,8 +465,9 @@ class EmbeddedPort:
     async def grant_entries(
         self, account_id: str, grant_ids: Sequence[int]
     ) -> dict[int, GrantEntry]:
-        # Grant entries never change once written, and the grants asked about were listed
-        # after their entries were durable.
+        # Read for the grants' labels (name, metadata), which never change once written (a
+        # late write restates a grant entry's settled debt and what it kept, never its
+        # label); and the grants asked about were listed after their entries were durable.
         return await self._store.read_grant_entries(account_id, grant_ids)
 
     async def entries(
