@@ -484,7 +484,12 @@ class AccountNumbers:
     @classmethod
     def read(cls, conn: sqlite3.Connection) -> AccountNumbers:
         found = conn.execute("SELECT account_id, number FROM accounts").fetchall()
-        assert all(isinstance(n, int) for _, n in found), "an account without its number"
+        unnumbered = [account_id for account_id, n in found if not isinstance(n, int)]
+        if unnumbered:  # a row written by hand: its entries could not be found
+            raise StorageError(
+                f"accounts rows without their number (column number): {unnumbered[:5]}; "
+                "see gpu-credits check"
+            )
         return cls(dict(found))
 
     def of(self, account_id: str) -> int:
@@ -1628,16 +1633,24 @@ class SqliteSnapshot:
             for (message,) in conn.execute("PRAGMA integrity_check(20)")
             if message != "ok"
         ]
-        # Entries and live grants name their account by number (migration 7): an orphan
-        # has no id left.
+        # Entries and live grants name their account by number (migration 7): an account
+        # row without one (written by hand) has no entries; the service refuses to start.
+        unnumbered = conn.execute(
+            "SELECT account_id FROM accounts WHERE number IS NULL LIMIT 5"
+        ).fetchall()
+        if unnumbered:
+            names = ", ".join(repr(account_id) for (account_id,) in unnumbered)
+            problems.append(f"accounts rows without their number: {names}")
+        # An orphan has no id left. NOT EXISTS, not NOT IN: a NULL number in the list
+        # would make NOT IN never true, and hide every orphan.
         for table, account, of in (
             ("live_grants", "account", "number"),
             ("entries", "account", "number"),
             ("checkpoints", "account_id", "account_id"),
         ):
             orphans = conn.execute(
-                f"SELECT DISTINCT {account} FROM {table} "
-                f"WHERE {account} NOT IN (SELECT {of} FROM accounts) LIMIT 5"
+                f"SELECT DISTINCT {account} FROM {table} t WHERE NOT EXISTS "
+                f"(SELECT 1 FROM accounts a WHERE a.{of} = t.{account}) LIMIT 5"
             ).fetchall()
             if orphans:
                 names = ", ".join(
