@@ -268,7 +268,8 @@ CREATE INDEX event_ids_by_age ON event_ids (created_at_s);
         # to entries and its indexes, grown file: 16.0 us against 19.4 with ids like
         # "acct-123", 22.7 with 36-character ids). An account's number is given once, when
         # its row is made, and never changes. The triggers refuse rows whose account has no
-        # row (a damaged file: `check` names them) rather than dropping them.
+        # row (a damaged file) rather than dropping them, with the query that lists them:
+        # `check` does not read a file of an older schema.
         """
 ALTER TABLE accounts ADD COLUMN number INTEGER;
 UPDATE accounts SET number = numbered.n
@@ -292,7 +293,10 @@ CREATE TABLE entries_by_number (
 CREATE TEMP TRIGGER entries_need_an_account BEFORE INSERT ON entries_by_number
     WHEN NEW.account IS NULL
 BEGIN
-    SELECT RAISE(ABORT, 'entries of an account that has no account row: see gpu-credits check');
+    SELECT RAISE(ABORT, 'entries of an account that has no account row (a damaged \
+file, left as it was; gpu-credits check reads only a migrated file); they are: \
+SELECT DISTINCT account_id FROM entries \
+WHERE account_id NOT IN (SELECT account_id FROM accounts)');
 END;
 INSERT INTO entries_by_number
     SELECT (SELECT a.number FROM accounts a WHERE a.account_id = e.account_id), e.sequence,
@@ -313,7 +317,10 @@ CREATE TABLE live_grants_by_number (
 CREATE TEMP TRIGGER live_grants_need_an_account BEFORE INSERT ON live_grants_by_number
     WHEN NEW.account IS NULL
 BEGIN
-    SELECT RAISE(ABORT, 'live grants of an account that has no account row: see gpu-credits check');
+    SELECT RAISE(ABORT, 'live grants of an account that has no account row (a damaged \
+file, left as it was; gpu-credits check reads only a migrated file); they are: \
+SELECT DISTINCT account_id FROM live_grants \
+WHERE account_id NOT IN (SELECT account_id FROM accounts)');
 END;
 INSERT INTO live_grants_by_number
     SELECT (SELECT a.number FROM accounts a WHERE a.account_id = g.account_id), g.grant_id,
