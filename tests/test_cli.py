@@ -825,6 +825,23 @@ TAMPERING = {
         ],
         ["database:", "entries rows", "number 987654", "no account row"],
     ),
+    # An account row without its number (written by hand, as before migration 7): it is
+    # named, and it hides no orphan (``NOT IN`` a list holding NULL is never true).
+    "an account row without its number, beside an orphan entry": (
+        [
+            "INSERT INTO accounts (account_id, clock, debt, next_grant_id, next_sequence) "
+            "VALUES ('zz-by-hand', 0, 0, 1, 1)",
+            "INSERT INTO entries SELECT 987654, sequence, kind, timestamp, available, debt, "
+            "grant_id, details, rank, revision FROM entries LIMIT 1",
+        ],
+        [
+            "database:",
+            "accounts rows without their number: 'zz-by-hand'",
+            "entries rows",
+            "number 987654",
+            "no account row",
+        ],
+    ),
 }
 
 

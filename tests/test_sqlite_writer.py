@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from app.domain import Debt, LiveGrant
 from app.storage import rows, sqlite
-from app.storage.base import AccountRow, Change
+from app.storage.base import AccountRow, Change, StorageError
 from app.storage.sqlite import SqliteStore
 
 _BIG = 2**53 - 1
@@ -710,3 +710,21 @@ def test_an_account_keeps_its_number_and_a_new_one_takes_the_next(tmp_path: Path
         assert sqlite.AccountNumbers.read(conn).of("c") == 3
     finally:
         conn.close()
+
+
+async def test_an_account_row_without_its_number_is_refused_at_startup(tmp_path: Path) -> None:
+    """A row written by hand without ``number`` has no entries the store could find: the
+    store refuses to start, naming the account (an error, not an assert -O would drop)."""
+    path = tmp_path / "unnumbered.sqlite3"
+    conn = _writer_connection(path)
+    conn.execute(
+        "INSERT INTO accounts (account_id, clock, debt, next_grant_id, next_sequence) "
+        "VALUES ('by-hand', 0, 0, 1, 1)"
+    )
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        with pytest.raises(StorageError, match=r"without their number.*by-hand"):
+            await store.open(0.0)
+    finally:
+        await store.close()

@@ -268,7 +268,8 @@ CREATE INDEX event_ids_by_age ON event_ids (created_at_s);
         # to entries and its indexes, grown file: 16.0 us against 19.4 with ids like
         # "acct-123", 22.7 with 36-character ids). An account's number is given once, when
         # its row is made, and never changes. The triggers refuse rows whose account has no
-        # row (a damaged file: `check` names them) rather than dropping them.
+        # row (a damaged file) rather than dropping them, with the query that lists them:
+        # `check` does not read a file of an older schema.
         """
 ALTER TABLE accounts ADD COLUMN number INTEGER;
 UPDATE accounts SET number = numbered.n
@@ -292,7 +293,10 @@ CREATE TABLE entries_by_number (
 CREATE TEMP TRIGGER entries_need_an_account BEFORE INSERT ON entries_by_number
     WHEN NEW.account IS NULL
 BEGIN
-    SELECT RAISE(ABORT, 'entries of an account that has no account row: see gpu-credits check');
+    SELECT RAISE(ABORT, 'entries of an account that has no account row (a damaged \
+file, left as it was; gpu-credits check reads only a migrated file); they are: \
+SELECT DISTINCT account_id FROM entries \
+WHERE account_id NOT IN (SELECT account_id FROM accounts)');
 END;
 INSERT INTO entries_by_number
     SELECT (SELECT a.number FROM accounts a WHERE a.account_id = e.account_id), e.sequence,
@@ -313,7 +317,10 @@ CREATE TABLE live_grants_by_number (
 CREATE TEMP TRIGGER live_grants_need_an_account BEFORE INSERT ON live_grants_by_number
     WHEN NEW.account IS NULL
 BEGIN
-    SELECT RAISE(ABORT, 'live grants of an account that has no account row: see gpu-credits check');
+    SELECT RAISE(ABORT, 'live grants of an account that has no account row (a damaged \
+file, left as it was; gpu-credits check reads only a migrated file); they are: \
+SELECT DISTINCT account_id FROM live_grants \
+WHERE account_id NOT IN (SELECT account_id FROM accounts)');
 END;
 INSERT INTO live_grants_by_number
     SELECT (SELECT a.number FROM accounts a WHERE a.account_id = g.account_id), g.grant_id,
@@ -484,7 +491,12 @@ class AccountNumbers:
     @classmethod
     def read(cls, conn: sqlite3.Connection) -> AccountNumbers:
         found = conn.execute("SELECT account_id, number FROM accounts").fetchall()
-        assert all(isinstance(n, int) for _, n in found), "an account without its number"
+        unnumbered = [account_id for account_id, n in found if not isinstance(n, int)]
+        if unnumbered:  # a row written by hand: its entries could not be found
+            raise StorageError(
+                f"accounts rows without their number (column number): {unnumbered[:5]}; "
+                "see gpu-credits check"
+            )
         return cls(dict(found))
 
     def of(self, account_id: str) -> int:
@@ -1628,16 +1640,24 @@ class SqliteSnapshot:
             for (message,) in conn.execute("PRAGMA integrity_check(20)")
             if message != "ok"
         ]
-        # Entries and live grants name their account by number (migration 7): an orphan
-        # has no id left.
+        # Entries and live grants name their account by number (migration 7): an account
+        # row without one (written by hand) has no entries; the service refuses to start.
+        unnumbered = conn.execute(
+            "SELECT account_id FROM accounts WHERE number IS NULL LIMIT 5"
+        ).fetchall()
+        if unnumbered:
+            names = ", ".join(repr(account_id) for (account_id,) in unnumbered)
+            problems.append(f"accounts rows without their number: {names}")
+        # An orphan has no id left. NOT EXISTS, not NOT IN: a NULL number in the list
+        # would make NOT IN never true, and hide every orphan.
         for table, account, of in (
             ("live_grants", "account", "number"),
             ("entries", "account", "number"),
             ("checkpoints", "account_id", "account_id"),
         ):
             orphans = conn.execute(
-                f"SELECT DISTINCT {account} FROM {table} "
-                f"WHERE {account} NOT IN (SELECT {of} FROM accounts) LIMIT 5"
+                f"SELECT DISTINCT {account} FROM {table} t WHERE NOT EXISTS "
+                f"(SELECT 1 FROM accounts a WHERE a.{of} = t.{account}) LIMIT 5"
             ).fetchall()
             if orphans:
                 names = ", ".join(
