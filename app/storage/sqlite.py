@@ -267,10 +267,10 @@ CREATE INDEX event_ids_by_age ON event_ids (created_at_s);
         # and a short integer key costs SQLite less to compare and store than text (the
         # group writer on a grown file: a quarter less CPU per write with 36-character ids,
         # the same with ids like "acct-123"; files smaller either way: README, narrower
-        # keys). An account's number is given once, when
-        # its row is made, and never changes. The triggers refuse rows whose account has no
-        # row (a damaged file) rather than dropping them, with the query that lists them:
-        # `check` does not read a file of an older schema.
+        # keys). An account's number is given once, when its row is made, and never
+        # changes. The triggers refuse rows whose account has no row (a damaged file)
+        # rather than dropping them, with the query that lists them: `check` does not read
+        # a file of an older schema.
         """
 ALTER TABLE accounts ADD COLUMN number INTEGER;
 UPDATE accounts SET number = numbered.n
@@ -343,8 +343,9 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 )
 """
 
-# Entries name their account by its number (migration 7), given when its row is made and
-# never changed (the upsert below does not touch it); ``SqliteStore._number_of`` hands them out.
+# Entries and live grants name their account by its number (migration 7), given when its
+# row is made and never changed (the upsert below does not touch it); ``AccountNumbers``
+# hands them out.
 _ACCOUNT_NUMBER_COLUMNS: Final = (*ACCOUNT_COLUMNS, "number")
 assert ENTRY_COLUMNS[0] == "account_id"
 _ENTRY_ROW_COLUMNS: Final = ("account", *ENTRY_COLUMNS[1:])
@@ -789,7 +790,7 @@ _ENTRIES_AFTER = (
     "AND (timestamp, rank) > (?, ?) ORDER BY timestamp, rank LIMIT ?"
 )
 # One grant's entry, or its void's, by grant id: the partial indexes, named. Without
-# statistics SQLite's planner prefers the primary key's (account_id) prefix, a scan of the
+# statistics SQLite's planner prefers the primary key's (account) prefix, a scan of the
 # account's whole history (40 ms at 2*10^5 entries, against 0.05 ms through the index).
 GRANT_ENTRY = (
     f"SELECT {_ENTRY_FIELDS} FROM entries INDEXED BY entries_by_grant "
