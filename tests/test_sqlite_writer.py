@@ -152,8 +152,9 @@ def _submissions(draw: st.DrawFn) -> list[rows.Rows]:
     return made
 
 
-# Each connection's account numbers, kept across its groups as the store keeps them (the
-# connections stay referenced: they cannot be weakly referenced, and are few and small).
+# Each connection's account numbers, kept across its groups as the store keeps them. Keyed
+# by the connection itself (it cannot be weakly referenced): the pairs each hypothesis
+# example opens drop theirs when they close; the few other tests' stay until the end.
 _NUMBERS: dict[sqlite3.Connection, sqlite.AccountNumbers] = {}
 
 
@@ -222,6 +223,7 @@ def _reference_and_written(tmp_path: Path) -> Iterator[tuple[sqlite3.Connection,
     finally:
         for conn in connections:
             conn.close()
+            _NUMBERS.pop(conn, None)
 
 
 def _tables(conn: sqlite3.Connection) -> dict[str, list[tuple[object, ...]]]:
