@@ -327,3 +327,104 @@ async def test_a_window_lowered_across_a_restart_folds_what_it_passes(
         assert all(e["final"] == (e["timestamp"] < 120) for e in await all_entries(client))
         ok(await consume(client, 1, 120))
         expect(assert_problem(await consume(client, 1, 119), 409), {"watermark": 120})
+
+
+# -- what one batch's late writes may replay (app.service.replay) -------------------------
+
+
+def _late_grants(timestamps: list[int]) -> list[JSON]:
+    return [
+        {"op": "grant", "account_id": ACCOUNT, "amount": 1, "timestamp": t, "expiry": 10**6}
+        for t in timestamps
+    ]
+
+
+async def _provisional(client: httpx.AsyncClient, writes: int) -> None:
+    """The account with a window of 10^5 and ``writes`` provisional consumptions (at 1,000
+    onwards) after a grant at 0."""
+    ok(await grant(client, 10**6, 0, 10**6), 201)
+    ok(await set_window(client, 100_000))
+    operations = [
+        {"op": "consume", "account_id": ACCOUNT, "amount": 1, "timestamp": 1_000 + n}
+        for n in range(writes)
+    ]
+    if operations:
+        body = ok(await client.post("/v1/batch", json={"operations": operations}))
+        assert body["failed"] == 0
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+async def test_a_batch_whose_late_writes_would_replay_too_much_is_refused(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, atomic: bool
+) -> None:
+    """A batch is applied on the event loop without a pause, and each late write replays
+    the provisional writes after it: before, 200 late grants behind 8,000 provisional
+    writes held the loop (and every other request) 16 s in one batch. Past the bound the
+    batch is refused whole with a problem, before anything of it is applied."""
+    from app.service import ledger
+
+    monkeypatch.setattr(ledger, "MAX_BATCH_REPLAYED_WRITES", 250)
+    await _provisional(client, 100)
+    before = await snapshot(client)
+    # Three grants behind all 100 consumptions: about 3 x 100 replayed, past 250.
+    operations = _late_grants([500, 501, 502])
+    headers = {"Idempotency-Key": "late-1"}
+    body = {"operations": operations, "atomic": atomic}
+    r = await client.post("/v1/batch", json=body, headers=headers)
+    problem = assert_problem(r, 422)
+    expect(problem, {"type": "tag:gpu-credits,2026:problem:batch-replay-too-large"})
+    expect(problem, {"limit": 250})
+    assert "POST /v1/events" in problem["detail"]
+    assert await snapshot(client) == before
+    # The refusal kept nothing under its key: the same request within the bound applies.
+    monkeypatch.setattr(ledger, "MAX_BATCH_REPLAYED_WRITES", 400)
+    again = ok(await client.post("/v1/batch", json=body, headers=headers))
+    assert [result["status"] for result in again["results"]] == [201] * 3
+    assert "Idempotent-Replayed" not in (await client.post("/v1/batch", json=body)).headers
+
+
+async def test_a_batch_late_behind_its_own_writes_counts_them(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write behind the batch's own earlier writes replays them too, however the account
+    stood before it; two late writes behind fewer writes pass."""
+    from app.service import ledger
+
+    monkeypatch.setattr(ledger, "MAX_BATCH_REPLAYED_WRITES", 250)
+    await _provisional(client, 0)
+    before = await snapshot(client)
+    in_order = [
+        {"op": "consume", "account_id": ACCOUNT, "amount": 1, "timestamp": 1_000 + n}
+        for n in range(150)
+    ]
+    r = await client.post("/v1/batch", json={"operations": in_order + _late_grants([10, 11])})
+    expect(assert_problem(r, 422), {"limit": 250})
+    assert await snapshot(client) == before
+    body = ok(
+        await client.post("/v1/batch", json={"operations": in_order[:100] + _late_grants([10])})
+    )
+    assert body["failed"] == 0
+    assert body["results"][-1]["status"] == 201
+    expect(body["results"][-1]["body"], {"timestamp": 10, "sequence": 102})
+
+
+@pytest.mark.backends("sqlite", "postgres")
+async def test_the_replay_bound_holds_after_a_restart(
+    backend: str,
+    tmp_path: Path,
+    new_database_url: Callable[[], str | None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Counted from the accounts the batch holds, not from a cache: on PostgreSQL a fresh
+    process had none, and counted such an account's writes as none."""
+    from app.service import ledger
+
+    monkeypatch.setattr(ledger, "MAX_BATCH_REPLAYED_WRITES", 250)
+    settings = make_settings(backend, tmp_path / "data", new_database_url())
+    async with running(create_app(settings)) as client:
+        await _provisional(client, 100)
+    async with running(create_app(settings)) as client:
+        before = await snapshot(client)
+        r = await client.post("/v1/batch", json={"operations": _late_grants([500, 501, 502])})
+        expect(assert_problem(r, 422), {"limit": 250})
+        assert await snapshot(client) == before

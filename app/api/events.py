@@ -29,7 +29,6 @@ every error is a result line.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import hashlib
 import json
@@ -70,6 +69,7 @@ from app.keys import Scope as KeyScope
 from app.service.commands import ConsumeOp, EventOp, GrantOp, VoidOp
 from app.service.errors import OutcomeUnknown, ServiceUnavailable
 from app.service.ledger import Ledger
+from app.service.replay import ReplayCost
 from app.service.results import (
     ConsumptionReceipt,
     Duplicate,
@@ -84,7 +84,7 @@ NDJSON: Final = "application/x-ndjson"
 # the writer: the reader waits while that many are queued.
 CHUNK_LINES: Final = 2_000
 MAX_QUEUED_LINES: Final = 2 * CHUNK_LINES
-# Provisional writes the late lines of one chunk may replay, about (``_ReplayCost``; the
+# Provisional writes the late lines of one chunk may replay, about (``ReplayCost``; the
 # copy of the account's state each late line starts from counts as an eighth of its live
 # grants). A chunk is applied on the event loop without a pause, and a late line replays
 # the writes from its replay base on, 3 to 10 us each (more with more live grants): 2,000
@@ -252,35 +252,6 @@ def parse_line(number: int, raw: bytes) -> _Line | _Bad:
 
 
 # -- the response ---------------------------------------------------------------------------
-
-
-class _ReplayCost:
-    """About how many provisional writes the lines of a chunk will replay, line by line as
-    it is cut: for each, those its account holds now from the replay base before it on, with
-    that base's copy (``Ledger.replay_estimate``), and those after it among the chunk's
-    earlier lines of that account (applied before it, so replayed too; a stream's late lines
-    are mostly late behind lines just before them)."""
-
-    __slots__ = ("_ledger", "_stamps", "total")
-
-    def __init__(self, ledger: Ledger) -> None:
-        self._ledger = ledger
-        self._stamps: dict[str, list[int]] = {}  # per account, the chunk's timestamps, sorted
-        self.total = 0
-
-    def add(self, account_id: str, timestamp: int) -> int:
-        """Count a line in; the total so far."""
-        stamps = self._stamps.setdefault(account_id, [])
-        late = bool(stamps) and timestamp < stamps[-1]
-        if not late:  # in order within the chunk: O(1)
-            stamps.append(timestamp)
-        else:
-            self.total += len(stamps) - bisect.bisect_right(stamps, timestamp)
-            bisect.insort_right(stamps, timestamp)
-        # Late behind the chunk's own lines, it is late however the account is now: it
-        # copies a replay base as any late line does.
-        self.total += self._ledger.replay_estimate(account_id, timestamp, late=late)
-        return self.total
 
 
 class EventStream(Response):
@@ -511,7 +482,7 @@ class EventStream(Response):
         seen: set[tuple[str, str]] = set()
         queue = self._queue
         error_bytes = 0
-        replayed = _ReplayCost(self._ledger)
+        replayed = ReplayCost(self._ledger.replay_estimate)
         while queue and len(chunk) < CHUNK_LINES and error_bytes < CHUNK_ERROR_BYTES:
             item = queue[0]
             if isinstance(item, _Stop):

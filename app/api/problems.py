@@ -32,6 +32,7 @@ from app.logs import REQUEST_ID
 from app.service.errors import (
     AccountLimit,
     AccountNotFound,
+    BatchReplayTooLarge,
     ClassAsOfUnsupported,
     CursorGone,
     EventIdReused,
@@ -78,6 +79,9 @@ INVALID_INPUT = ProblemType("invalid-input", "Input outside the allowed domain",
 TOTAL_OVERFLOW = ProblemType("total-overflow", "A total would exceed 2^53-1", 422)
 IDEMPOTENCY_KEY_REUSED = ProblemType(
     "idempotency-key-reused", "Idempotency-Key reused with a different request", 422
+)
+BATCH_REPLAY_TOO_LARGE = ProblemType(
+    "batch-replay-too-large", "The batch's late writes would replay too much", 422
 )
 EVENT_ID_REUSED = ProblemType(
     "event-id-reused", "Event id already applied to a different operation", 422
@@ -178,6 +182,8 @@ def describe(exc: Exception) -> Described:
         return Described(IDEMPOTENCY_KEY_REUSED, detail, {})
     if isinstance(exc, EventIdReused):
         return Described(EVENT_ID_REUSED, detail, {"sequence": exc.sequence})
+    if isinstance(exc, BatchReplayTooLarge):
+        return Described(BATCH_REPLAY_TOO_LARGE, detail, {"limit": exc.limit})
     if isinstance(exc, AccountLimit):
         return Described(ACCOUNT_LIMIT, detail, {})
     if isinstance(exc, QuotaExceeded):
@@ -364,8 +370,9 @@ STATUS_DESCRIPTIONS: dict[int, str] = {
     409: "Timestamp earlier than the account's watermark (`watermark`; `account_timestamp` is "
     "its latest), a grant already voided (`voided_at`), or a limit reached: live grants per "
     "account, accounts.",
-    422: "Input outside the domain, unknown field, a total past 2^53-1, or a reused "
-    "Idempotency-Key with a different body.",
+    422: "Input outside the domain, unknown field, a total past 2^53-1, a reused "
+    "Idempotency-Key with a different body, or a batch whose late writes would replay too "
+    "many provisional writes (`batch-replay-too-large`, with its `limit`).",
     503: "Retry later (`Retry-After`). `unavailable`: storage failed or the database is "
     "unreachable (on PostgreSQL: nothing was changed). `outcome-unknown` (writes on "
     "PostgreSQL): the database connection was lost while the change was being committed, so "

@@ -53,6 +53,21 @@ class ClassAsOfUnsupported(ServiceError):
         super().__init__(f"{what} at {timestamp} cannot be answered here: {why}")
 
 
+class BatchReplayTooLarge(ServiceError):
+    """A batch whose late writes would replay more provisional writes than one request may
+    (``app.service.replay``): nothing of it was applied."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the batch's late writes would replay more than {limit} provisional writes "
+            "(writes within the lateness window, restated behind each late one), more than "
+            "one request may hold the service for; nothing was applied. Send them in smaller "
+            "batches, in time order, or as a usage stream (POST /v1/events), which cuts them "
+            "into chunks by this cost"
+        )
+        self.limit = limit
+
+
 class IdempotencyKeyReused(ServiceError):
     def __init__(self, key: str) -> None:
         super().__init__(

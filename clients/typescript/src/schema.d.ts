@@ -1737,7 +1737,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
+            /** @description Input outside the domain, unknown field, a total past 2^53-1, a reused Idempotency-Key with a different body, or a batch whose late writes would replay too many provisional writes (`batch-replay-too-large`, with its `limit`). */
             422: {
                 headers: {
                     "X-Request-ID": components["headers"]["RequestId"];
@@ -1882,7 +1882,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
+            /** @description Input outside the domain, unknown field, a total past 2^53-1, a reused Idempotency-Key with a different body, or a batch whose late writes would replay too many provisional writes (`batch-replay-too-large`, with its `limit`). */
             422: {
                 headers: {
                     "X-Request-ID": components["headers"]["RequestId"];
@@ -2028,7 +2028,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
+            /** @description Input outside the domain, unknown field, a total past 2^53-1, a reused Idempotency-Key with a different body, or a batch whose late writes would replay too many provisional writes (`batch-replay-too-large`, with its `limit`). */
             422: {
                 headers: {
                     "X-Request-ID": components["headers"]["RequestId"];
@@ -2157,7 +2157,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
+            /** @description Input outside the domain, unknown field, a total past 2^53-1, a reused Idempotency-Key with a different body, or a batch whose late writes would replay too many provisional writes (`batch-replay-too-large`, with its `limit`). */
             422: {
                 headers: {
                     "X-Request-ID": components["headers"]["RequestId"];
@@ -2286,7 +2286,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
+            /** @description Input outside the domain, unknown field, a total past 2^53-1, a reused Idempotency-Key with a different body, or a batch whose late writes would replay too many provisional writes (`batch-replay-too-large`, with its `limit`). */
             422: {
                 headers: {
                     "X-Request-ID": components["headers"]["RequestId"];
@@ -2411,7 +2411,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
+            /** @description Input outside the domain, unknown field, a total past 2^53-1, a reused Idempotency-Key with a different body, or a batch whose late writes would replay too many provisional writes (`batch-replay-too-large`, with its `limit`). */
             422: {
                 headers: {
                     "X-Request-ID": components["headers"]["RequestId"];
@@ -2565,7 +2565,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
+            /** @description Input outside the domain, unknown field, a total past 2^53-1, a reused Idempotency-Key with a different body, or a batch whose late writes would replay too many provisional writes (`batch-replay-too-large`, with its `limit`). */
             422: {
                 headers: {
                     "X-Request-ID": components["headers"]["RequestId"];
@@ -2704,7 +2704,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
+            /** @description Input outside the domain, unknown field, a total past 2^53-1, a reused Idempotency-Key with a different body, or a batch whose late writes would replay too many provisional writes (`batch-replay-too-large`, with its `limit`). */
             422: {
                 headers: {
                     "X-Request-ID": components["headers"]["RequestId"];
@@ -2828,7 +2828,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
+            /** @description Input outside the domain, unknown field, a total past 2^53-1, a reused Idempotency-Key with a different body, or a batch whose late writes would replay too many provisional writes (`batch-replay-too-large`, with its `limit`). */
             422: {
                 headers: {
                     "X-Request-ID": components["headers"]["RequestId"];
@@ -2956,7 +2956,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
+            /** @description Input outside the domain, unknown field, a total past 2^53-1, a reused Idempotency-Key with a different body, or a batch whose late writes would replay too many provisional writes (`batch-replay-too-large`, with its `limit`). */
             422: {
                 headers: {
                     "X-Request-ID": components["headers"]["RequestId"];
@@ -3660,7 +3660,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
+            /** @description Input outside the domain, unknown field, a total past 2^53-1, a reused Idempotency-Key with a different body, or a batch whose late writes would replay too many provisional writes (`batch-replay-too-large`, with its `limit`). */
             422: {
                 headers: {
                     "X-Request-ID": components["headers"]["RequestId"];
@@ -3796,7 +3796,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Input outside the domain, unknown field, a total past 2^53-1, or a reused Idempotency-Key with a different body. */
+            /** @description Input outside the domain, unknown field, a total past 2^53-1, a reused Idempotency-Key with a different body, or a batch whose late writes would replay too many provisional writes (`batch-replay-too-large`, with its `limit`). */
             422: {
                 headers: {
                     "X-Request-ID": components["headers"]["RequestId"];
