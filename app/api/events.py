@@ -524,7 +524,8 @@ class EventStream(Response):
         if lines:
             flight.task = asyncio.create_task(
                 self._ledger.events(
-                    [EventOp(line.event_id, line.fingerprint, line.op) for line in lines]
+                    [EventOp(line.event_id, line.fingerprint, line.op) for line in lines],
+                    CHUNK_REPLAYED_WRITES,
                 )
             )
         return flight
@@ -550,7 +551,16 @@ class EventStream(Response):
                     status = 500
                 first = flight.chunk[0]
                 return _error_line(first.number, first.event_id, status, problem)
-            made = iter(zip(flight.lines, results, strict=True))
+            if len(results) < len(flight.lines):
+                # The ledger applied the first lines only (its count of what they replay,
+                # from the accounts it held, passed the bound): the chunk ends before the
+                # first line not applied, and that line and all after it go back to the
+                # front of the queue, to be taken by the next chunks in order.
+                stop = flight.lines[len(results)]
+                cut = next(i for i, item in enumerate(flight.chunk) if item is stop)
+                self._put_back(flight.chunk[cut:])
+                answers = answers[:cut]
+            made = iter(zip(flight.lines[: len(results)], results, strict=True))
             for index, answer in enumerate(answers):
                 if answer is None:
                     line, result = next(made)
@@ -559,6 +569,11 @@ class EventStream(Response):
             assert answer is not None
             sent.add(answer)
         return None
+
+    def _put_back(self, items: list[_Line | _Bad]) -> None:
+        """Queue again, in front and in order, lines a chunk took but did not apply."""
+        self._queue.extendleft(reversed(items))
+        self._queued_error_bytes += sum(len(i.answer) for i in items if isinstance(i, _Bad))
 
 
 @dataclass(slots=True)

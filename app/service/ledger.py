@@ -10,7 +10,7 @@ module's: it knows neither SQL nor HTTP.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from app.domain import LedgerError, NoLiveRoom
@@ -37,7 +37,7 @@ from app.service.errors import (
 from app.service.idempotency import BATCH_SCOPE, Encoder, Idempotency
 from app.service.journal import NO_LABEL, AccountState, AsOfRead, Label
 from app.service.limits import Limits
-from app.service.replay import MAX_BATCH_REPLAYED_WRITES, ReplayCost
+from app.service.replay import MAX_BATCH_REPLAYED_WRITES, Estimate, ReplayCost
 from app.service.results import (
     AccountOverview,
     AccountPage,
@@ -70,14 +70,21 @@ _R = TypeVar("_R", GrantReceipt, ConsumptionReceipt)
 _E = TypeVar("_E", bound=BaseException)
 
 
-def _check_replay_cost(operations: Sequence[Operation], held: Mapping[str, AccountState]) -> None:
-    """Refuse a batch whose late writes would replay more than MAX_BATCH_REPLAYED_WRITES
-    provisional writes (``app.service.replay``): it would hold the event loop, and every
-    account with it, for seconds. Counted from the held accounts themselves (on PostgreSQL
-    too: loaded by the unit of work), before anything is applied."""
-    # Nearly every batch is in order: each write at or after its account's clock and the
-    # batch's earlier writes to it, so nothing is replayed. Checked first (0.1 us a write;
-    # the count below takes 0.3).
+def _held_estimate(held: Mapping[str, AccountState]) -> Estimate:
+    """``ReplayCost``'s estimate from the accounts a unit of work holds (loaded by it, on
+    PostgreSQL too); 0 for an account the writes will create."""
+
+    def estimate(account_id: str, timestamp: int, late: bool) -> int:
+        account = held.get(account_id)
+        return 0 if account is None else account.timeline.replay_cost(timestamp, late=late)
+
+    return estimate
+
+
+def _in_order(operations: Iterable[Operation], held: Mapping[str, AccountState]) -> bool:
+    """Whether every write is at or after its account's clock and the earlier writes to it:
+    then nothing is replayed. Nearly every batch and chunk is; this costs 0.1 us a write,
+    counting them (``ReplayCost``) 0.3."""
     latest: dict[str, int] = {}
     for op in operations:
         if isinstance(op, BalanceOp):  # a read replays at most one mark's spacing
@@ -85,24 +92,49 @@ def _check_replay_cost(operations: Sequence[Operation], held: Mapping[str, Accou
         account_id = op.account_id
         before = latest.get(account_id)
         if before is None:
-            account = held.get(account_id)  # none: the batch creates it
+            account = held.get(account_id)  # none: the writes create it
             before = -1 if account is None else account.timeline.clock
         if op.timestamp < before:
-            break
+            return False
         latest[account_id] = op.timestamp
-    else:
+    return True
+
+
+def _check_replay_cost(operations: Sequence[Operation], held: Mapping[str, AccountState]) -> None:
+    """Refuse a batch whose late writes would replay more than MAX_BATCH_REPLAYED_WRITES
+    provisional writes (``app.service.replay``): it would hold the event loop, and every
+    account with it, for seconds. Counted from the held accounts, before anything is
+    applied."""
+    if _in_order(operations, held):
         return
-
-    def estimate(account_id: str, timestamp: int, late: bool) -> int:
-        account = held.get(account_id)  # none: the batch creates it, nothing to replay yet
-        return 0 if account is None else account.timeline.replay_cost(timestamp, late=late)
-
-    cost = ReplayCost(estimate)
+    cost = ReplayCost(_held_estimate(held))
     for op in operations:
         if isinstance(op, BalanceOp):
             continue
         if cost.add(op.account_id, op.timestamp) > MAX_BATCH_REPLAYED_WRITES:
             raise BatchReplayTooLarge(MAX_BATCH_REPLAYED_WRITES)
+
+
+def _within_replay(
+    lines: Sequence[EventOp],
+    taken: Mapping[tuple[str, str], EventRecord],
+    held: Mapping[str, AccountState],
+    max_replayed: int,
+) -> int:
+    """How many of a chunk's first lines replay at most ``max_replayed`` provisional writes
+    (at least one): lines whose id is taken apply nothing and count nothing."""
+    fresh = [
+        (i, line.op)
+        for i, line in enumerate(lines)
+        if (line.op.account_id, line.event_id) not in taken
+    ]
+    if _in_order((op for _, op in fresh), held):
+        return len(lines)
+    cost = ReplayCost(_held_estimate(held))
+    for index, op in fresh:
+        if cost.add(op.account_id, op.timestamp) > max_replayed and index:
+            return index
+    return len(lines)
 
 
 def _without_traceback(exc: _E) -> _E:
@@ -358,7 +390,7 @@ class Ledger:
         chunk). Reads without a lock."""
         return self._port.replay_estimate(account_id, timestamp, late)
 
-    async def events(self, lines: Sequence[EventOp]) -> list[EventResult]:
+    async def events(self, lines: Sequence[EventOp], max_replayed: int) -> list[EventResult]:
         """Apply one chunk of a usage stream, in order, with one commit: each line as a
         non-atomic batch would apply its operation, unless its account already took its id.
         A line whose id the account took for the same operation is a ``Duplicate`` (nothing
@@ -366,7 +398,13 @@ class Ledger:
         with its change, in the same commit, so it is taken exactly when its effect is
         durable. A refused line takes no id: sent again, it is judged again. The ids of one
         chunk are distinct per account (the caller cuts a chunk before a repeated one, so
-        the repeat is judged against a committed record)."""
+        the repeat is judged against a committed record).
+
+        The caller cuts its chunks by an estimate of what their late lines replay
+        (``replay_estimate``, read without a lock: on PostgreSQL from this process's cache,
+        empty after a restart or an eviction). Counted again here from the accounts held,
+        only the first lines within ``max_replayed`` are applied (at least one): the
+        results are those lines', and the caller sends the others again."""
         self._check_serving()
         assert 1 <= len(lines) <= MAX_BATCH_OPERATIONS
         keys = [(line.op.account_id, line.event_id) for line in lines]
@@ -374,6 +412,9 @@ class Ledger:
         account_ids = sorted({account_id for account_id, _ in keys})
         async with self._port.unit_of_work(account_ids) as uow:
             taken = await uow.event_records(keys)
+            held = {a: s for a in account_ids if (s := uow.account(a)) is not None}
+            cut = _within_replay(lines, taken, held, max_replayed)
+            lines, keys = lines[:cut], keys[:cut]
             answers: list[EventResult | None] = [None] * len(lines)
             fresh: list[int] = []
             for index, line in enumerate(lines):
@@ -393,7 +434,6 @@ class Ledger:
             applied: tuple[Sequence[Operation], BatchOutcome] | None = None
             if fresh:
                 operations = [lines[i].op for i in fresh]
-                held = {a: s for a in account_ids if (s := uow.account(a)) is not None}
                 records = await _grant_records(operations, held, uow)
                 outcome, changes = self._apply_batch(
                     uow, operations, False, held, {}, records, event_ids=True
