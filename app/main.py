@@ -162,8 +162,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # The API's routes go into the app's router as they are, not through include_router:
     # FastAPI (0.165) keeps an included router as one route that matches its own routes
     # through a context of its own on every request, about 15 us a request in the profile
-    # (see README, HTTP figures). Nothing is prefixed or tagged at inclusion here, so the
-    # routes, their handling and the OpenAPI document are the same.
+    # (see docs/performance.md, Single operations). Nothing is prefixed or tagged at inclusion
+    # here, so the routes, their handling and the OpenAPI document are the same.
     app.router.routes.extend(router.routes)
     docs_pages.install(app)
     ui_pages.install(app)
