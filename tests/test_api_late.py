@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from app.keys import Scope, create_key
 from app.main import create_app
@@ -428,3 +429,23 @@ async def test_the_replay_bound_holds_after_a_restart(
         r = await client.post("/v1/batch", json={"operations": _late_grants([500, 501, 502])})
         expect(assert_problem(r, 422), {"limit": 250})
         assert await snapshot(client) == before
+
+
+@pytest.mark.backends("postgres")
+async def test_a_refused_batch_keeps_the_cached_accounts(
+    app: FastAPI, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused before anything changed, a batch leaves this process's cache of trackers as
+    it was: the next request need not load the account (10,000 provisional writes) again."""
+    from app.adapters.postgres import PostgresPort
+    from app.service import ledger
+
+    monkeypatch.setattr(ledger, "MAX_BATCH_REPLAYED_WRITES", 250)
+    await _provisional(client, 100)
+    port = app.state.ledger.port
+    assert isinstance(port, PostgresPort)
+    cached = port.cached_live_grants
+    assert cached == 1
+    r = await client.post("/v1/batch", json={"operations": _late_grants([500, 501, 502])})
+    expect(assert_problem(r, 422), {"limit": 250})
+    assert port.cached_live_grants == cached

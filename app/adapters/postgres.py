@@ -29,6 +29,7 @@ from app.service import journal
 from app.service.errors import (
     AccountLimit,
     AccountNotFound,
+    BatchReplayTooLarge,
     CursorGone,
     IdempotencyKeyReused,
     OutcomeUnknown,
@@ -76,7 +77,14 @@ _DATABASE_DOWN = (
 )
 # A request the rules refused: the tracker raised before changing anything, so the cache is
 # still what the database holds.
-_REFUSALS = (LedgerError, AccountLimit, AccountNotFound, IdempotencyKeyReused, QuotaExceeded)
+_REFUSALS = (
+    LedgerError,
+    AccountLimit,
+    AccountNotFound,
+    BatchReplayTooLarge,
+    IdempotencyKeyReused,
+    QuotaExceeded,
+)
 READY_TIMEOUT_S: Final = 2.0
 _T = TypeVar("_T")
 
