@@ -70,38 +70,53 @@ _R = TypeVar("_R", GrantReceipt, ConsumptionReceipt)
 _E = TypeVar("_E", bound=BaseException)
 
 
-def _check_replay_cost(operations: Sequence[Operation], held: Mapping[str, AccountState]) -> None:
-    """Refuse a batch whose late writes would replay more than MAX_BATCH_REPLAYED_WRITES
-    provisional writes (``app.service.replay``): it would hold the event loop, and every
-    account with it, for seconds. Counted from the held accounts themselves (on PostgreSQL
-    too: loaded by the unit of work), before anything is applied."""
-    # Nearly every batch is in order: each write at or after its account's clock and the
-    # batch's earlier writes to it, so nothing is replayed. Checked first (0.1 us a write;
-    # the count below takes 0.3).
+def _check_replay_cost(
+    operations: Sequence[Operation], held: Mapping[str, AccountState], limits: Limits
+) -> None:
+    """Refuse a batch whose late writes (and class reads behind the clock) would replay more
+    than MAX_BATCH_REPLAYED_WRITES provisional writes (``app.service.replay``): it would hold
+    the event loop, and every account with it, for seconds. Counted from the held accounts
+    themselves (on PostgreSQL too: loaded by the unit of work), before anything is applied."""
+    # Nearly every batch is in order: each write, and each class read, at or after its
+    # account's clock and the batch's earlier writes to it, so nothing is replayed. Checked
+    # first (0.1 us an operation; the count below takes 0.5).
     latest: dict[str, int] = {}
     for op in operations:
-        if isinstance(op, BalanceOp):  # a read replays at most one mark's spacing
-            continue
         account_id = op.account_id
         before = latest.get(account_id)
         if before is None:
             account = held.get(account_id)  # none: the batch creates it
             before = -1 if account is None else account.timeline.clock
+        if isinstance(op, BalanceOp):
+            # A total reads the lines (no replay); a class read behind the clock replays.
+            if op.resource is not None and op.timestamp is not None and op.timestamp < before:
+                break
+            continue
         if op.timestamp < before:
             break
         latest[account_id] = op.timestamp
     else:
         return
 
-    def estimate(account_id: str, timestamp: int, late: bool) -> int:
-        account = held.get(account_id)  # none: the batch creates it, nothing to replay yet
-        return 0 if account is None else account.timeline.replay_cost(timestamp, late=late)
+    fresh: list[AccountTimeline] = []
 
-    cost = ReplayCost(estimate)
+    def timeline_of(account_id: str) -> AccountTimeline:
+        account = held.get(account_id)
+        if account is not None:
+            return account.timeline
+        if not fresh:  # the batch creates it: empty, with the service's window
+            fresh.append(journal.new_account(account_id, limits).timeline)
+        return fresh[0]
+
+    cost = ReplayCost(timeline_of)
     for op in operations:
         if isinstance(op, BalanceOp):
-            continue
-        if cost.add(op.account_id, op.timestamp) > MAX_BATCH_REPLAYED_WRITES:
+            if op.resource is None or op.timestamp is None:
+                continue
+            total = cost.read(op.account_id, op.timestamp)
+        else:
+            total = cost.add(op.account_id, op.timestamp, grant=isinstance(op, GrantOp))
+        if total > MAX_BATCH_REPLAYED_WRITES:
             raise BatchReplayTooLarge(MAX_BATCH_REPLAYED_WRITES)
 
 
@@ -335,7 +350,7 @@ class Ledger:
                 self._observer.replayed("batch")
                 return replay
             held = {a: s for a in account_ids if (s := uow.account(a)) is not None}
-            _check_replay_cost(operations, held)
+            _check_replay_cost(operations, held, self._limits)
             baselines = await _balance_baselines(operations, held, uow.history)
             records = await _grant_records(operations, held, uow)
             outcome, changes = self._apply_batch(uow, operations, atomic, held, baselines, records)
@@ -350,13 +365,21 @@ class Ledger:
         self._observer.batch(operations, outcome, changes)
         return outcome
 
-    def replay_estimate(self, account_id: str, timestamp: int, late: bool) -> int:
-        """About how many provisional writes a write to ``account_id`` at ``timestamp``
-        would replay now (0 for one in order, unless ``late``: the caller applies a later
-        write of the account before it), with the copy of its replay base: what a late
-        write costs, for a caller that decides how much to apply at once (a usage stream's
-        chunk). Reads without a lock."""
-        return self._port.replay_estimate(account_id, timestamp, late)
+    def replay_cost(self) -> ReplayCost:
+        """A count of what a run of writes would replay (``app.service.replay``), from what
+        this process holds of their accounts now, read without their locks: for a caller
+        that decides how much to apply at once (a usage stream's chunk). An estimate."""
+        fresh: list[AccountTimeline] = []
+
+        def timeline_of(account_id: str) -> AccountTimeline:
+            timeline = self._port.replay_timeline(account_id)
+            if timeline is not None:
+                return timeline
+            if not fresh:  # none held: as a new account, with the service's window
+                fresh.append(journal.new_account(account_id, self._limits).timeline)
+            return fresh[0]
+
+        return ReplayCost(timeline_of)
 
     async def events(self, lines: Sequence[EventOp]) -> list[EventResult]:
         """Apply one chunk of a usage stream, in order, with one commit: each line as a
