@@ -428,16 +428,31 @@ def test_set_window_refuses_bad_windows(window: object) -> None:
     assert timeline.window == 5
 
 
-def test_replay_cost_is_zero_in_order_and_before_the_watermark() -> None:
+def test_replay_cost_is_zero_in_order_and_none_before_the_watermark() -> None:
     timeline = AccountTimeline(10)
     for t in (10, 20, 30, 40):
         timeline.write(ConsumeWrite(1, t))
     assert timeline.watermark == 30
     at = (29, 30, 35, 39, 40, 41, 10**6)  # 29: refused (too late), 40 on: in order
-    assert [timeline.replay_cost(t) > 0 for t in at] == [False, True, True, True] + [False] * 3
+    costs = [timeline.replay_cost(t) for t in at]
+    assert [c is None for c in costs] == [True] + [False] * 6
+    assert [(c or 0) > 0 for c in costs] == [False, True, True, True] + [False] * 3
     timeline.write(ConsumeWrite(1, 45))
     assert timeline.watermark == 35
-    assert [timeline.replay_cost(t) > 0 for t in (34, 35, 44, 45)] == [False, True, True, False]
+    costs = [timeline.replay_cost(t) for t in (34, 35, 44, 45)]
+    assert [(c or 0) > 0 for c in costs] == [False, True, True, False]
+    # Behind the watermark nothing replays, not even behind writes to come.
+    assert timeline.replay_cost(34, late=True, earlier=5) is None
+
+
+def test_replay_cost_is_none_without_a_window() -> None:
+    """Every write folds at once and one behind the clock is refused: nothing ever replays,
+    however the caller's writes to come are ordered."""
+    timeline = AccountTimeline(0)
+    for t in range(10, 1_000, 10):
+        timeline.write(GrantWrite(1, t, 10**6))
+    assert timeline.replay_cost(5) is None
+    assert timeline.replay_cost(10**6, late=True, earlier=500, grown=500) is None
 
 
 def test_replay_cost_counts_the_copy_and_the_writes_from_the_mark() -> None:
@@ -454,15 +469,40 @@ def test_replay_cost_counts_the_copy_and_the_writes_from_the_mark() -> None:
     assert timeline.replay_cost(95) == 2 + copy
     # At 15: nine after it, from the final tracker (no mark before index 1).
     assert timeline.replay_cost(15) == 10 + copy
+    # A class read at 95 replays from the mark up to its position only.
+    assert timeline.replay_cost(95, read=True) == 1 + copy
     many = AccountTimeline(10**9)
     for n in range(400):
         many.write(GrantWrite(1, 2 * n + 2, 10**9))
     # One write after it, but a copy of 400 live grants and the writes since the mark.
-    assert many.replay_cost(799) >= 1 + 400 // REPLAY_SPACING_DIVISOR
+    assert (many.replay_cost(799) or 0) >= 1 + 400 // REPLAY_SPACING_DIVISOR
     # In order now, but late behind writes to come (``late``): the copy and the writes
     # since the last mark, those to come being the caller's to count.
     assert many.replay_cost(10**6) == 0
-    assert many.replay_cost(10**6, late=True) >= 400 // REPLAY_SPACING_DIVISOR
+    assert (many.replay_cost(10**6, late=True) or 0) >= 400 // REPLAY_SPACING_DIVISOR
+
+
+def test_replay_cost_counts_the_callers_writes_before_it_and_its_grants() -> None:
+    """Late behind writes to come, a write's base may be a mark among those before it: up
+    to a replay spacing of them count (``earlier``); the live grants they add (``grown``)
+    count in the copy and the spacing."""
+    timeline = AccountTimeline(10**9)  # nothing provisional, no live grant: spacing 64
+    assert timeline.replay_cost(10, late=True) == 0
+    assert timeline.replay_cost(10, late=True, earlier=20) == 20
+    assert timeline.replay_cost(10, late=True, earlier=1_000) == 64
+    copy = 2_000 // REPLAY_SPACING_DIVISOR
+    assert timeline.replay_cost(10, late=True, earlier=1_000, grown=2_000) == 2 * copy
+    assert timeline.replay_cost(10, late=True, earlier=1_000, grown=2_000, read=True) == 2 * copy
+    # The copy is of at most the live grants an account may hold.
+    capped = AccountTimeline(10**9, limits=TimelineLimits(max_live_grants=80))
+    assert capped.replay_cost(10, late=True, grown=2_000) == 10
+    # Behind the clock: its own writes after it, and the caller's writes before it.
+    for t in range(100, 200):
+        timeline.write(ConsumeWrite(1, t))
+    assert timeline.replay_cost(150) == 100  # from the final state (mark at 64: index 64)
+    assert timeline.replay_cost(170) == 100 - 64
+    assert timeline.replay_cost(170, earlier=10) == 100 - 64 + 10
+    assert timeline.replay_cost(170, earlier=100) == 29 + 64
 
 
 # -- refusals change nothing -----------------------------------------------------------------

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final
 
+from app.domain.timeline import AccountTimeline
 from app.quotas import Quota, Tenant, Tenants, Usage
 from app.service import journal
 from app.service.errors import (
@@ -175,9 +176,9 @@ class EmbeddedPort:
         await self._store.prune_event_ids(min_created_at_s)
         return len(old) + len(old_events)
 
-    def replay_estimate(self, account_id: str, timestamp: int, late: bool) -> int:
+    def replay_timeline(self, account_id: str) -> AccountTimeline | None:
         slot = self._slots.get(account_id)
-        return 0 if slot is None else slot.state.timeline.replay_cost(timestamp, late=late)
+        return None if slot is None else slot.state.timeline
 
     def configure_tenants(
         self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]

@@ -24,11 +24,13 @@ from typing import Final, TypeVar
 import asyncpg
 
 from app.domain import GPUCreditTracker, LedgerError, TrackerState
+from app.domain.timeline import AccountTimeline
 from app.quotas import Quota, Tenants, Usage
 from app.service import journal
 from app.service.errors import (
     AccountLimit,
     AccountNotFound,
+    BatchReplayTooLarge,
     CursorGone,
     IdempotencyKeyReused,
     OutcomeUnknown,
@@ -76,7 +78,14 @@ _DATABASE_DOWN = (
 )
 # A request the rules refused: the tracker raised before changing anything, so the cache is
 # still what the database holds.
-_REFUSALS = (LedgerError, AccountLimit, AccountNotFound, IdempotencyKeyReused, QuotaExceeded)
+_REFUSALS = (
+    LedgerError,
+    AccountLimit,
+    AccountNotFound,
+    BatchReplayTooLarge,
+    IdempotencyKeyReused,
+    QuotaExceeded,
+)
 READY_TIMEOUT_S: Final = 2.0
 _T = TypeVar("_T")
 
@@ -161,11 +170,11 @@ class PostgresPort:
         """From the database (every process's accounts), within the readiness timeout."""
         return await asyncio.wait_for(self._pg.total_debt(), READY_TIMEOUT_S)
 
-    def replay_estimate(self, account_id: str, timestamp: int, late: bool) -> int:
-        """From this process's cached tracker of the account, as last released (another
-        process may have written since: an estimate)."""
+    def replay_timeline(self, account_id: str) -> AccountTimeline | None:
+        """This process's cached tracker of the account, as last released (another process
+        may have written since: an estimate)."""
         slot = self._slots.get(account_id)
-        return 0 if slot is None else slot.state.timeline.replay_cost(timestamp, late=late)
+        return None if slot is None else slot.state.timeline
 
     def configure_tenants(
         self, quotas: Mapping[str, Quota], prefix_of_key: Mapping[str, str]

@@ -69,7 +69,6 @@ from app.keys import Scope as KeyScope
 from app.service.commands import ConsumeOp, EventOp, GrantOp, VoidOp
 from app.service.errors import OutcomeUnknown, ServiceUnavailable
 from app.service.ledger import Ledger
-from app.service.replay import ReplayCost
 from app.service.results import (
     ConsumptionReceipt,
     Duplicate,
@@ -482,7 +481,7 @@ class EventStream(Response):
         seen: set[tuple[str, str]] = set()
         queue = self._queue
         error_bytes = 0
-        replayed = ReplayCost(self._ledger.replay_estimate)
+        replayed = self._ledger.replay_cost()
         while queue and len(chunk) < CHUNK_LINES and error_bytes < CHUNK_ERROR_BYTES:
             item = queue[0]
             if isinstance(item, _Stop):
@@ -491,7 +490,8 @@ class EventStream(Response):
                 key = (item.op.account_id, item.event_id)
                 if key in seen:
                     break
-                cost = replayed.add(item.op.account_id, item.op.timestamp)
+                op = item.op
+                cost = replayed.add(op.account_id, op.timestamp, grant=isinstance(op, GrantOp))
                 if chunk and cost > CHUNK_REPLAYED_WRITES:
                     break
                 seen.add(key)

@@ -466,20 +466,47 @@ class AccountTimeline:
     def provisional_count(self) -> int:
         return len(self._pending) - self._head
 
-    def replay_cost(self, timestamp: int, *, late: bool = False) -> int:
+    def replay_cost(
+        self,
+        timestamp: int,
+        *,
+        late: bool = False,
+        earlier: int = 0,
+        grown: int = 0,
+        read: bool = False,
+    ) -> int | None:
         """About what a late write at ``timestamp`` costs, in replayed writes: it copies its
         replay base (the mark at or before its position, or the final tracker), O(n) for n
         live grants, counted as n / REPLAY_SPACING_DIVISOR writes (a copy of 10,000 live
         grants took about as long as 1,800 replayed writes), and replays every provisional
-        write from that base on (up to the replay spacing before it, and all after it). 0
-        for a write in order (unless ``late``: writes not here yet will be after it, and
-        are the caller's to count) and one before the watermark. O(log P); changes
-        nothing."""
-        if (timestamp >= self._clock and not late) or timestamp < self._watermark:
+        write from that base on (up to the replay spacing before it, and all after it).
+        ``read``: a class read at that time (``balance_at``), which replays from the base up
+        to its position only. 0 for a write in order, unless ``late``.
+
+        For a caller that counts a run of writes before it applies them (a batch, a usage
+        stream's chunk): ``late``, the run has writes to this account after it (applied
+        before it: the caller counts them); ``earlier``, the run's writes to this account
+        at or before its time (between its base and it, unless a mark came between: up to a
+        replay spacing of them counts); ``grown``, the live grants the run may add before
+        it (in the copy and the spacing). None when a write at ``timestamp`` replays nothing
+        and no later write replays it: the account has no window (every write folds at
+        once; one behind the clock is ``TooLate``), or it is before the watermark
+        (``TooLate``; the watermark never moves back). O(log P); changes nothing."""
+        if not self._window or timestamp < self._watermark:
+            return None
+        if timestamp >= self._clock and not late:
             return 0
-        position, _ = self._mark_at(bisect.bisect_right(self._stamps, timestamp, self._head))
-        copy = self._current.live_grant_count // REPLAY_SPACING_DIVISOR
-        return len(self._stamps) - position + copy
+        live = min(self._current.live_grant_count + grown, self._limits.max_live_grants)
+        copy = live // REPLAY_SPACING_DIVISOR
+        stamps = self._stamps
+        index = bisect.bisect_right(stamps, timestamp, self._head)
+        position, _ = self._mark_at(index)
+        since_base = index - position
+        if earlier:
+            # The run's own writes before it may hold a mark (at most a spacing apart).
+            spacing = max(self._limits.replay_spacing_min, copy)
+            since_base = min(since_base + earlier, max(spacing, since_base))
+        return (0 if read else len(stamps) - index) + since_base + copy
 
     def provisional(self) -> list[SequencedWrite]:
         """The provisional writes in effective order, as ``restore`` and ``replay`` take them."""

@@ -54,16 +54,18 @@ class ClassAsOfUnsupported(ServiceError):
 
 
 class BatchReplayTooLarge(ServiceError):
-    """A batch whose late writes would replay more provisional writes than one request may
-    (``app.service.replay``): nothing of it was applied."""
+    """A batch whose late writes (and class reads behind the clock) would replay more
+    provisional writes than one request may (``app.service.replay``): nothing of it was
+    applied."""
 
     def __init__(self, limit: int) -> None:
         super().__init__(
             f"the batch's late writes would replay more than {limit} provisional writes "
-            "(writes within the lateness window, restated behind each late one), more than "
-            "one request may hold the service for; nothing was applied. Send them in smaller "
-            "batches, in time order, or as a usage stream (POST /v1/events), which cuts them "
-            "into chunks by this cost"
+            "(writes within the lateness window, restated behind each late one; class "
+            "balance reads behind the clock replay some too), more than one request may "
+            "hold the service for; nothing was applied. Send them in smaller batches, in "
+            "time order, or as a usage stream (POST /v1/events), which cuts them into "
+            "chunks by this cost"
         )
         self.limit = limit
 

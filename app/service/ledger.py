@@ -37,7 +37,7 @@ from app.service.errors import (
 from app.service.idempotency import BATCH_SCOPE, Encoder, Idempotency
 from app.service.journal import NO_LABEL, AccountState, AsOfRead, Label
 from app.service.limits import Limits
-from app.service.replay import MAX_BATCH_REPLAYED_WRITES, Estimate, ReplayCost
+from app.service.replay import MAX_BATCH_REPLAYED_WRITES, ReplayCost, TimelineOf
 from app.service.results import (
     AccountOverview,
     AccountPage,
@@ -70,48 +70,63 @@ _R = TypeVar("_R", GrantReceipt, ConsumptionReceipt)
 _E = TypeVar("_E", bound=BaseException)
 
 
-def _held_estimate(held: Mapping[str, AccountState]) -> Estimate:
-    """``ReplayCost``'s estimate from the accounts a unit of work holds (loaded by it, on
-    PostgreSQL too); 0 for an account the writes will create."""
+def _held_timelines(held: Mapping[str, AccountState], limits: Limits) -> TimelineOf:
+    """``ReplayCost``'s timelines from the accounts a unit of work holds (loaded by it, on
+    PostgreSQL too); for an account the writes will create, an empty one with the service's
+    window."""
+    fresh: list[AccountTimeline] = []
 
-    def estimate(account_id: str, timestamp: int, late: bool) -> int:
+    def timeline_of(account_id: str) -> AccountTimeline:
         account = held.get(account_id)
-        return 0 if account is None else account.timeline.replay_cost(timestamp, late=late)
+        if account is not None:
+            return account.timeline
+        if not fresh:
+            fresh.append(journal.new_account(account_id, limits).timeline)
+        return fresh[0]
 
-    return estimate
+    return timeline_of
 
 
 def _in_order(operations: Iterable[Operation], held: Mapping[str, AccountState]) -> bool:
-    """Whether every write is at or after its account's clock and the earlier writes to it:
-    then nothing is replayed. Nearly every batch and chunk is; this costs 0.1 us a write,
-    counting them (``ReplayCost``) 0.3."""
+    """Whether every write, and every class read, is at or after its account's clock and
+    the earlier writes to it: then nothing is replayed. Nearly every batch and chunk is;
+    this costs 0.1 us an operation, counting them (``ReplayCost``) 0.5."""
     latest: dict[str, int] = {}
     for op in operations:
-        if isinstance(op, BalanceOp):  # a read replays at most one mark's spacing
-            continue
         account_id = op.account_id
         before = latest.get(account_id)
         if before is None:
             account = held.get(account_id)  # none: the writes create it
             before = -1 if account is None else account.timeline.clock
+        if isinstance(op, BalanceOp):
+            # A total reads the lines (no replay); a class read behind the clock replays.
+            if op.resource is not None and op.timestamp is not None and op.timestamp < before:
+                return False
+            continue
         if op.timestamp < before:
             return False
         latest[account_id] = op.timestamp
     return True
 
 
-def _check_replay_cost(operations: Sequence[Operation], held: Mapping[str, AccountState]) -> None:
-    """Refuse a batch whose late writes would replay more than MAX_BATCH_REPLAYED_WRITES
-    provisional writes (``app.service.replay``): it would hold the event loop, and every
-    account with it, for seconds. Counted from the held accounts, before anything is
-    applied."""
+def _check_replay_cost(
+    operations: Sequence[Operation], held: Mapping[str, AccountState], limits: Limits
+) -> None:
+    """Refuse a batch whose late writes (and class reads behind the clock) would replay more
+    than MAX_BATCH_REPLAYED_WRITES provisional writes (``app.service.replay``): it would hold
+    the event loop, and every account with it, for seconds. Counted from the held accounts,
+    before anything is applied."""
     if _in_order(operations, held):
         return
-    cost = ReplayCost(_held_estimate(held))
+    cost = ReplayCost(_held_timelines(held, limits))
     for op in operations:
         if isinstance(op, BalanceOp):
-            continue
-        if cost.add(op.account_id, op.timestamp) > MAX_BATCH_REPLAYED_WRITES:
+            if op.resource is None or op.timestamp is None:
+                continue
+            total = cost.read(op.account_id, op.timestamp)
+        else:
+            total = cost.add(op.account_id, op.timestamp, grant=isinstance(op, GrantOp))
+        if total > MAX_BATCH_REPLAYED_WRITES:
             raise BatchReplayTooLarge(MAX_BATCH_REPLAYED_WRITES)
 
 
@@ -119,6 +134,7 @@ def _within_replay(
     lines: Sequence[EventOp],
     taken: Mapping[tuple[str, str], EventRecord],
     held: Mapping[str, AccountState],
+    limits: Limits,
     max_replayed: int,
 ) -> int:
     """How many of a chunk's first lines replay at most ``max_replayed`` provisional writes
@@ -130,9 +146,10 @@ def _within_replay(
     ]
     if _in_order((op for _, op in fresh), held):
         return len(lines)
-    cost = ReplayCost(_held_estimate(held))
+    cost = ReplayCost(_held_timelines(held, limits))
     for index, op in fresh:
-        if cost.add(op.account_id, op.timestamp) > max_replayed and index:
+        total = cost.add(op.account_id, op.timestamp, grant=isinstance(op, GrantOp))
+        if total > max_replayed and index:
             return index
     return len(lines)
 
@@ -367,7 +384,7 @@ class Ledger:
                 self._observer.replayed("batch")
                 return replay
             held = {a: s for a in account_ids if (s := uow.account(a)) is not None}
-            _check_replay_cost(operations, held)
+            _check_replay_cost(operations, held, self._limits)
             baselines = await _balance_baselines(operations, held, uow.history)
             records = await _grant_records(operations, held, uow)
             outcome, changes = self._apply_batch(uow, operations, atomic, held, baselines, records)
@@ -382,13 +399,21 @@ class Ledger:
         self._observer.batch(operations, outcome, changes)
         return outcome
 
-    def replay_estimate(self, account_id: str, timestamp: int, late: bool) -> int:
-        """About how many provisional writes a write to ``account_id`` at ``timestamp``
-        would replay now (0 for one in order, unless ``late``: the caller applies a later
-        write of the account before it), with the copy of its replay base: what a late
-        write costs, for a caller that decides how much to apply at once (a usage stream's
-        chunk). Reads without a lock."""
-        return self._port.replay_estimate(account_id, timestamp, late)
+    def replay_cost(self) -> ReplayCost:
+        """A count of what a run of writes would replay (``app.service.replay``), from what
+        this process holds of their accounts now, read without their locks: for a caller
+        that decides how much to apply at once (a usage stream's chunk). An estimate."""
+        fresh: list[AccountTimeline] = []
+
+        def timeline_of(account_id: str) -> AccountTimeline:
+            timeline = self._port.replay_timeline(account_id)
+            if timeline is not None:
+                return timeline
+            if not fresh:  # none held: as a new account, with the service's window
+                fresh.append(journal.new_account(account_id, self._limits).timeline)
+            return fresh[0]
+
+        return ReplayCost(timeline_of)
 
     async def events(self, lines: Sequence[EventOp], max_replayed: int) -> list[EventResult]:
         """Apply one chunk of a usage stream, in order, with one commit: each line as a
@@ -413,7 +438,7 @@ class Ledger:
         async with self._port.unit_of_work(account_ids) as uow:
             taken = await uow.event_records(keys)
             held = {a: s for a in account_ids if (s := uow.account(a)) is not None}
-            cut = _within_replay(lines, taken, held, max_replayed)
+            cut = _within_replay(lines, taken, held, self._limits, max_replayed)
             lines, keys = lines[:cut], keys[:cut]
             answers: list[EventResult | None] = [None] * len(lines)
             fresh: list[int] = []

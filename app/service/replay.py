@@ -13,6 +13,8 @@ import bisect
 from collections.abc import Callable
 from typing import Final
 
+from app.domain.timeline import AccountTimeline
+
 # Provisional writes one batch's late writes may replay, about (``ReplayCost``). Measured in
 # process (memory storage): 5 late writes each behind 10,000 provisional writes (50,000)
 # took 0.69 s, about 14 us a replayed write with the request's own work, while the largest
@@ -22,37 +24,63 @@ from typing import Final
 # refused with a problem that says to split it or stream it.
 MAX_BATCH_REPLAYED_WRITES: Final = 25_000
 
-# (account id, timestamp, late): the provisional writes the account holds now that a write
-# at that timestamp would replay, with its base's copy (``AccountTimeline.replay_cost``).
-Estimate = Callable[[str, int, bool], int]
+# The account's timeline as it stands before the run is applied (an account not written
+# yet: an empty one with the service's window). Read only.
+TimelineOf = Callable[[str], AccountTimeline]
+
+_NO_STAMPS: Final[list[int]] = []
 
 
 class ReplayCost:
     """About how many provisional writes a run of writes will replay, write by write as they
-    are counted in, in the order they will be applied: for each, those its account holds now
-    from the replay base before it on, with that base's copy (``estimate``), and those after
-    it among the run's earlier writes to that account (applied before it, so replayed too;
-    late writes mostly come late behind writes just before them)."""
+    are counted in, in the order they will be applied: for each, those its account holds
+    now from the replay base before it on, with that base's copy, and those after it among
+    the run's earlier writes to that account (applied before it, so replayed too; late
+    writes mostly come late behind writes just before them), with the base that may lie
+    among the run's writes before it and the live grants the run's grants add
+    (``AccountTimeline.replay_cost``). A write that replays nothing and that no later one
+    replays (before the watermark, or on an account without a window) is not counted."""
 
-    __slots__ = ("_estimate", "_stamps", "total")
+    __slots__ = ("_grants", "_stamps", "_timeline_of", "total")
 
-    def __init__(self, estimate: Estimate) -> None:
-        self._estimate = estimate
+    def __init__(self, timeline_of: TimelineOf) -> None:
+        self._timeline_of = timeline_of
         self._stamps: dict[str, list[int]] = {}  # per account, the run's timestamps, sorted
+        self._grants: dict[str, int] = {}  # per account, the run's grants so far
         self.total = 0
 
-    def add(self, account_id: str, timestamp: int) -> int:
-        """Count a write in; the total so far."""
-        stamps = self._stamps.get(account_id)
-        if stamps is None:
+    def add(self, account_id: str, timestamp: int, *, grant: bool = False) -> int:
+        """Count a write in (``grant``: it may add a live grant); the total so far."""
+        stamps = self._stamps.get(account_id, _NO_STAMPS)
+        in_order = not stamps or timestamp >= stamps[-1]
+        earlier = len(stamps) if in_order else bisect.bisect_right(stamps, timestamp)
+        later = len(stamps) - earlier
+        cost = self._timeline_of(account_id).replay_cost(
+            timestamp, late=later > 0, earlier=earlier, grown=self._grants.get(account_id, 0)
+        )
+        if cost is None:  # refused, or folded at once: replays nothing, nothing replays it
+            return self.total
+        if stamps is _NO_STAMPS:
             stamps = self._stamps[account_id] = []
-        late = bool(stamps) and timestamp < stamps[-1]
-        if not late:  # in order within the run: O(1)
+        if in_order:  # O(1)
             stamps.append(timestamp)
         else:
-            self.total += len(stamps) - bisect.bisect_right(stamps, timestamp)
-            bisect.insort_right(stamps, timestamp)
-        # Late behind the run's own writes, it is late however the account is now: it
-        # copies a replay base as any late write does.
-        self.total += self._estimate(account_id, timestamp, late)
+            stamps.insert(earlier, timestamp)
+        if grant:
+            self._grants[account_id] = self._grants.get(account_id, 0) + 1
+        self.total += cost + later
+        return self.total
+
+    def read(self, account_id: str, timestamp: int) -> int:
+        """Count in a class read (the total read needs no replay); the total so far."""
+        stamps = self._stamps.get(account_id, _NO_STAMPS)
+        earlier = bisect.bisect_right(stamps, timestamp)
+        cost = self._timeline_of(account_id).replay_cost(
+            timestamp,
+            late=earlier < len(stamps),
+            earlier=earlier,
+            grown=self._grants.get(account_id, 0),
+            read=True,
+        )
+        self.total += cost or 0
         return self.total

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
+from app.domain.timeline import AccountTimeline
 from app.quotas import Quota
 from app.service.errors import QuotaExceeded
 from app.service.idempotency import Idempotency
@@ -144,11 +145,9 @@ class LedgerPort(Protocol):
         """The tenants in force (see ``app.quotas``)."""
         ...
 
-    def replay_estimate(self, account_id: str, timestamp: int, late: bool) -> int:
-        """About how many provisional writes a write to ``account_id`` at ``timestamp``
-        would replay (``AccountTimeline.replay_cost``; ``late``: it will be late whatever
-        the account's clock is now), from what this process holds of the account now,
-        without its lock: 0 when it holds none. A cost estimate only."""
+    def replay_timeline(self, account_id: str) -> AccountTimeline | None:
+        """The account's timeline as this process holds it now, read without its lock, for
+        a cost estimate only (``AccountTimeline.replay_cost``): None when it holds none."""
         ...
 
     # -- reads: safe, they change nothing ---------------------------------------------------
