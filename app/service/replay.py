@@ -13,7 +13,7 @@ import bisect
 from collections.abc import Callable
 from typing import Final
 
-from app.domain.timeline import AccountTimeline
+from app.domain.timeline import REPLAY_SPACING_DIVISOR, AccountTimeline
 
 # Provisional writes one batch's late writes may replay, about (``ReplayCost``). Measured in
 # process (memory storage): 5 late writes each behind 10,000 provisional writes (50,000)
@@ -23,6 +23,9 @@ from app.domain.timeline import AccountTimeline
 # plus the copy of its state) pass, as every single late write does; past it the batch is
 # refused with a problem that says to split it or stream it.
 MAX_BATCH_REPLAYED_WRITES: Final = 25_000
+# The live grants an atomic batch copies (to put its accounts back on a failure) that count
+# as one replayed write (see ``Ledger``'s ``_check_replay_cost``).
+ATOMIC_COPY_GRANTS_PER_WRITE: Final = 16
 
 # The account's timeline as it stands before the run is applied (an account not written
 # yet: an empty one with the service's window). Read only.
@@ -41,12 +44,13 @@ class ReplayCost:
     (``AccountTimeline.replay_cost``). A write that replays nothing and that no later one
     replays (before the watermark, or on an account without a window) is not counted."""
 
-    __slots__ = ("_grants", "_stamps", "_timeline_of", "total")
+    __slots__ = ("_grants", "_latest", "_stamps", "_timeline_of", "total")
 
     def __init__(self, timeline_of: TimelineOf) -> None:
         self._timeline_of = timeline_of
         self._stamps: dict[str, list[int]] = {}  # per account, the run's timestamps, sorted
         self._grants: dict[str, int] = {}  # per account, the run's grants so far
+        self._latest: dict[str, int] = {}  # per account, the run's latest write so far
         self.total = 0
 
     def add(self, account_id: str, timestamp: int, *, grant: bool = False) -> int:
@@ -58,6 +62,12 @@ class ReplayCost:
         cost = self._timeline_of(account_id).replay_cost(
             timestamp, late=later > 0, earlier=earlier, grown=self._grants.get(account_id, 0)
         )
+        # Whatever it replays, a grant may add a live grant that later reads walk, and a
+        # write moves the clock (a refused one is behind it: the max keeps the clock).
+        if grant:
+            self._grants[account_id] = self._grants.get(account_id, 0) + 1
+        if timestamp > self._latest.get(account_id, -1):
+            self._latest[account_id] = timestamp
         if cost is None:  # refused, or folded at once: replays nothing, nothing replays it
             return self.total
         if stamps is _NO_STAMPS:
@@ -66,9 +76,23 @@ class ReplayCost:
             stamps.append(timestamp)
         else:
             stamps.insert(earlier, timestamp)
-        if grant:
-            self._grants[account_id] = self._grants.get(account_id, 0) + 1
         self.total += cost + later
+        return self.total
+
+    def latest(self, account_id: str) -> int:
+        """The latest timestamp of the run's writes to the account so far (-1: none)."""
+        return self._latest.get(account_id, -1)
+
+    def project(self, account_id: str, timestamp: int) -> int:
+        """Count in a balance read at or after the account's clock (a projection): it
+        leaves out the live grants expiring by then, walking them (``available_at``: O(e),
+        about 1 us each), counted as a copy is (an eighth of the live grants, with those
+        the run's grants add). Nothing when nothing expires by then (O(1)); the total so
+        far."""
+        grown = self._grants.get(account_id, 0)
+        tracker = self._timeline_of(account_id).current
+        if grown or not tracker.expires_nothing_by(timestamp):
+            self.total += (tracker.live_grant_count + grown) // REPLAY_SPACING_DIVISOR
         return self.total
 
     def read(self, account_id: str, timestamp: int) -> int:
