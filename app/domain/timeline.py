@@ -479,7 +479,9 @@ class AccountTimeline:
         replay base (the mark at or before its position, or the final tracker), O(n) for n
         live grants, counted as n / REPLAY_SPACING_DIVISOR writes (a copy of 10,000 live
         grants took about as long as 1,800 replayed writes), and replays every provisional
-        write from that base on (up to the replay spacing before it, and all after it).
+        write from that base on (up to the replay spacing before it, and all after it). The
+        live grants are the base's (or the clock's, if more); those live at the base and not
+        at the clock count twice (copied, then expired again by the replay).
         ``read``: a class read at that time (``balance_at``), which replays from the base up
         to its position only. 0 for a write in order, unless ``late``.
 
@@ -496,17 +498,24 @@ class AccountTimeline:
             return None
         if timestamp >= self._clock and not late:
             return 0
-        live = min(self._current.live_grant_count + grown, self._limits.max_live_grants)
-        copy = live // REPLAY_SPACING_DIVISOR
         stamps = self._stamps
         index = bisect.bisect_right(stamps, timestamp, self._head)
-        position, _ = self._mark_at(index)
+        position, base = self._mark_at(index)
+        # The copy is of the base, with the grants live there; those that expired since
+        # (at least as many as are live there and not at the clock) are expired again by
+        # the replay, their lines made and matched again: about twice a copy's cost, so
+        # counted as a second copy of them. The clock's count covers grants the writes
+        # after the base added.
+        base_live, now_live = base.live_grant_count, self._current.live_grant_count
+        live = max(base_live, now_live) + grown
+        copy = min(live, self._limits.max_live_grants) // REPLAY_SPACING_DIVISOR
+        again = max(0, base_live - now_live) // REPLAY_SPACING_DIVISOR
         since_base = index - position
         if earlier:
             # The run's own writes before it may hold a mark (at most a spacing apart).
             spacing = max(self._limits.replay_spacing_min, copy)
             since_base = min(since_base + earlier, max(spacing, since_base))
-        return (0 if read else len(stamps) - index) + since_base + copy
+        return (0 if read else len(stamps) - index) + since_base + copy + again
 
     def provisional(self) -> list[SequencedWrite]:
         """The provisional writes in effective order, as ``restore`` and ``replay`` take them."""
