@@ -658,6 +658,112 @@ async def test_late_lines_are_cut_by_what_they_replay_after_a_restart(
         assert body["debt"] == 100 - 10
 
 
+def blind_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream's own estimate counts nothing (as on PostgreSQL with a cold cache): every
+    cut is the ledger's."""
+    from app.domain.timeline import AccountTimeline
+    from app.service.ledger import Ledger
+    from app.service.replay import ReplayCost
+
+    no_window = AccountTimeline(0)  # replays nothing: counted as nothing
+    monkeypatch.setattr(Ledger, "replay_cost", lambda self: ReplayCost(lambda _: no_window))
+
+
+async def late_account(client: httpx.AsyncClient, account_id: str, headers: JSON) -> None:
+    """``account_id`` with a window and 100 provisional consumptions (at 1,000 onwards): a
+    grant behind them replays about 100 writes."""
+    grant = {"amount": 10**6, "timestamp": 0, "expiry": 10**6}
+    ok(await client.post(url(account_id, "grants"), json=grant, headers=headers), 201)
+    settings = {"lateness_window": 10**6}
+    ok(await client.put(url(account_id, "settings"), json=settings, headers=headers))
+    consumptions = [
+        {"op": "consume", "account_id": account_id, "amount": 1, "timestamp": 1_000 + n}
+        for n in range(100)
+    ]
+    body = {"operations": consumptions}
+    assert ok(await client.post("/v1/batch", json=body, headers=headers))["failed"] == 0
+
+
+async def test_lines_the_ledger_leaves_go_on_in_order_with_every_kind_of_answer(
+    keyed_stream: tuple[httpx.AsyncClient, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found nothing (review): around the ledger's cuts, invalid, forbidden and duplicate
+    lines are answered once each, in order; a line put back is authorized and judged again
+    with the next chunk; duplicates before a line that alone passes the bound are applied
+    first, then that line alone (no line is applied twice, none is lost, no chunk is
+    empty)."""
+    from app.api import events
+
+    client, keys = keyed_stream
+    admin, team_a = bearer(keys["admin"]), bearer(keys["team-a-grants"])
+    await late_account(client, "team-a:x", admin)
+    x = "team-a:x"
+    first = await stream(client, [g("dup-1", x, 1, 500, 10**6)], headers=team_a)
+    assert [r["status"] for r in first] == [201]
+    blind_estimate(monkeypatch)
+    monkeypatch.setattr(events, "CHUNK_REPLAYED_WRITES", 150)  # one late grant fits, not two
+    sizes = chunk_sizes(monkeypatch)
+    lines: list[JSON | str] = [
+        g("f-1", x, 1, 501, 10**6),
+        "{not json",
+        c("c-1", x, 1, 2_000),  # no consume scope
+        g("f-2", x, 1, 502, 10**6),
+        g("o-1", "team-b:x", 1, 0, 10**6),  # another team's account
+        g("dup-1", x, 1, 500, 10**6),
+        g("f-3", x, 1, 503, 10**6),
+    ]
+    results = await stream(client, lines, headers=team_a)
+    assert [r["line"] for r in results] == list(range(1, 8))
+    assert [r["id"] for r in results] == ["f-1", None, "c-1", "f-2", "o-1", "dup-1", "f-3"]
+    assert [r["status"] for r in results] == [201, 400, 403, 201, 403, 200, 201]
+    assert results[5].get("duplicate") is True
+    assert sizes == [1, 2, 1]  # f-1; f-2 and the duplicate; f-3
+
+    # Duplicates first, then lines that each pass the bound alone.
+    monkeypatch.setattr(events, "CHUNK_REPLAYED_WRITES", 50)
+    sizes.clear()
+    again = [g("dup-1", x, 1, 500, 10**6), g("f-1", x, 1, 501, 10**6)]
+    again += [g("f-4", x, 1, 504, 10**6), g("f-5", x, 1, 505, 10**6)]
+    results = await stream(client, again, headers=team_a)
+    assert [r["status"] for r in results] == [200, 200, 201, 201]
+    assert [r.get("duplicate", False) for r in results] == [True, True, False, False]
+    assert sizes == [2, 1, 1]
+    body = ok(await client.get(url(x, "balance"), headers=admin))
+    assert body["available"] == 10**6 - 100 + 6  # dup-1 and f-1 to f-5, each once
+
+
+async def test_a_chunk_that_fails_after_a_cut_stops_at_the_first_line_put_back(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found nothing (review): the stop line is the first line not applied, the first of
+    those the ledger left; sent again from there, the stream goes on."""
+    from app.api import events
+    from app.service.errors import ServiceUnavailable
+    from app.service.ledger import Ledger
+
+    await late_account(client, "acme", {})
+    blind_estimate(monkeypatch)
+    monkeypatch.setattr(events, "CHUNK_REPLAYED_WRITES", 150)
+    real_events = Ledger.events
+    calls = 0
+
+    async def second_chunk_fails(self: Ledger, chunk: Any, max_replayed: int) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise ServiceUnavailable("the disk is away")
+        return await real_events(self, chunk, max_replayed)
+
+    monkeypatch.setattr(Ledger, "events", second_chunk_fails)
+    lines = [g(f"late-{n}", "acme", 1, 500 + n, 10**6) for n in range(3)]
+    results = await stream(client, lines)
+    assert [(r["line"], r["status"]) for r in results] == [(1, 201), (2, 503)]
+    results = await stream(client, lines[1:])
+    assert [r["status"] for r in results] == [201, 201]
+    body = ok(await client.get(url("acme", "balance")))
+    assert body["available"] == 10**6 - 100 + 3
+
+
 async def test_late_lines_on_an_account_of_many_live_grants_are_cut_by_their_copies(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
