@@ -75,21 +75,31 @@ _R = TypeVar("_R", GrantReceipt, ConsumptionReceipt)
 _E = TypeVar("_E", bound=BaseException)
 
 
-def _held_timelines(held: Mapping[str, AccountState], limits: Limits) -> TimelineOf:
-    """``ReplayCost``'s timelines from the accounts a unit of work holds (loaded by it, on
-    PostgreSQL too); for an account the writes will create, an empty one with the service's
-    window."""
+def _timelines(find: Callable[[str], AccountTimeline | None], limits: Limits) -> TimelineOf:
+    """``ReplayCost``'s timelines: ``find``'s, and for an account it does not know (the
+    writes will create it) an empty one with the service's window."""
     fresh: list[AccountTimeline] = []
 
     def timeline_of(account_id: str) -> AccountTimeline:
-        account = held.get(account_id)
-        if account is not None:
-            return account.timeline
+        timeline = find(account_id)
+        if timeline is not None:
+            return timeline
         if not fresh:
             fresh.append(journal.new_account(account_id, limits).timeline)
         return fresh[0]
 
     return timeline_of
+
+
+def _held_timelines(held: Mapping[str, AccountState], limits: Limits) -> TimelineOf:
+    """The timelines of the accounts a unit of work holds (loaded by it, on PostgreSQL
+    too)."""
+
+    def find(account_id: str) -> AccountTimeline | None:
+        account = held.get(account_id)
+        return None if account is None else account.timeline
+
+    return _timelines(find, limits)
 
 
 def _expires_nothing_by(held: Mapping[str, AccountState], account_id: str, timestamp: int) -> bool:
@@ -455,17 +465,7 @@ class Ledger:
         """A count of what a run of writes would replay (``app.service.replay``), from what
         this process holds of their accounts now, read without their locks: for a caller
         that decides how much to apply at once (a usage stream's chunk). An estimate."""
-        fresh: list[AccountTimeline] = []
-
-        def timeline_of(account_id: str) -> AccountTimeline:
-            timeline = self._port.replay_timeline(account_id)
-            if timeline is not None:
-                return timeline
-            if not fresh:  # none held: as a new account, with the service's window
-                fresh.append(journal.new_account(account_id, self._limits).timeline)
-            return fresh[0]
-
-        return ReplayCost(timeline_of)
+        return ReplayCost(_timelines(self._port.replay_timeline, self._limits))
 
     async def events(self, lines: Sequence[EventOp], max_replayed: int) -> list[EventResult]:
         """Apply one chunk of a usage stream, in order, with one commit: each line as a
@@ -478,7 +478,7 @@ class Ledger:
         the repeat is judged against a committed record).
 
         The caller cuts its chunks by an estimate of what their late lines replay
-        (``replay_estimate``, read without a lock: on PostgreSQL from this process's cache,
+        (``replay_cost``, read without a lock: on PostgreSQL from this process's cache,
         empty after a restart or an eviction). Counted again here from the accounts held,
         only the first lines within ``max_replayed`` are applied (at least one): the
         results are those lines', and the caller sends the others again."""
