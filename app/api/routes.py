@@ -238,7 +238,7 @@ async def list_grants(
     grant order; the upcoming expirations. With `resource`, only those a consumption of that
     class could draw, and the balance of that class. Changes nothing."""
     view, grants = await _ledger(request).live_grants(account_id, resource)
-    return {**dataclasses.asdict(view), "grants": grants}
+    return render.live_grants(view, grants)
 
 
 @router.get(
