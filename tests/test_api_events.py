@@ -571,6 +571,25 @@ async def test_each_line_needs_its_scope_and_account(
 # -- late events -------------------------------------------------------------------------------
 
 
+def fail_chunk(monkeypatch: pytest.MonkeyPatch, number: int) -> list[int]:
+    """Streams' chunk ``number`` (from 1) fails as storage failing would, from now on; the
+    list holds how many chunks were sent to the ledger so far."""
+    from app.service.errors import ServiceUnavailable
+    from app.service.ledger import Ledger
+
+    calls = [0]
+    real_events = Ledger.events
+
+    async def failing(self: Ledger, chunk: Any, max_replayed: int) -> Any:
+        calls[0] += 1
+        if calls[0] == number:
+            raise ServiceUnavailable("the disk is away")
+        return await real_events(self, chunk, max_replayed)
+
+    monkeypatch.setattr(Ledger, "events", failing)
+    return calls
+
+
 def chunk_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The number of lines of each chunk streams apply from now on (``Ledger.events``)."""
     from app.service.ledger import Ledger
@@ -738,23 +757,11 @@ async def test_a_chunk_that_fails_after_a_cut_stops_at_the_first_line_put_back(
     """Found nothing (review): the stop line is the first line not applied, the first of
     those the ledger left; sent again from there, the stream goes on."""
     from app.api import events
-    from app.service.errors import ServiceUnavailable
-    from app.service.ledger import Ledger
 
     await late_account(client, "acme", {})
     blind_estimate(monkeypatch)
     monkeypatch.setattr(events, "CHUNK_REPLAYED_WRITES", 150)
-    real_events = Ledger.events
-    calls = 0
-
-    async def second_chunk_fails(self: Ledger, chunk: Any, max_replayed: int) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == 2:
-            raise ServiceUnavailable("the disk is away")
-        return await real_events(self, chunk, max_replayed)
-
-    monkeypatch.setattr(Ledger, "events", second_chunk_fails)
+    fail_chunk(monkeypatch, 2)
     lines = [g(f"late-{n}", "acme", 1, 500 + n, 10**6) for n in range(3)]
     results = await stream(client, lines)
     assert [(r["line"], r["status"]) for r in results] == [(1, 201), (2, 503)]
@@ -861,25 +868,13 @@ async def test_a_chunk_that_fails_stops_the_stream_before_anything_after_it(
     applied, so resending from the stop line applies everything in order. (Chunks used to
     overlap, and a later one could commit after an earlier one failed: its lines then came
     before the resent ones, which were refused as too late.)"""
-    from app.service.errors import ServiceUnavailable
-    from app.service.ledger import Ledger
 
     lines = [g("g", "acct-s", 10**6, 0, 10**9)]
     lines += [c(f"c{t}", "acct-s", 1, t) for t in range(1, 4001)]  # more than one chunk
-    real_events = Ledger.events
-    calls = 0
-
-    async def first_chunk_fails(self: Ledger, chunk: Any, max_replayed: int) -> Any:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            raise ServiceUnavailable("the disk is away")
-        return await real_events(self, chunk, max_replayed)
-
-    monkeypatch.setattr(Ledger, "events", first_chunk_fails)
+    calls = fail_chunk(monkeypatch, 1)
     results = await stream(client, lines)
     assert [(r["line"], r["status"]) for r in results] == [(1, 503)]
-    assert calls == 1, "a chunk after the failed one was applied"
+    assert calls == [1], "a chunk after the failed one was applied"
     await assert_absent(client, "acct-s")
     resent = await stream(client, lines)
     assert [r["status"] for r in resent] == [201] + [200] * 4000
