@@ -7,6 +7,7 @@ checks this file against the client's own annotations."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, Protocol
@@ -20,11 +21,13 @@ from gpu_credits_client.api.credits_ import (
     get_balance,
     grant_credits,
     list_accounts,
+    list_grants,
     list_ledger_entries,
     put_account_settings,
     void_grant,
 )
 
+from app.api.render import LIVE_GRANTS_PER_PIECE
 from tests.support.clients import KeyedServer, keyed_server
 from tests.support.spec_examples import EXAMPLE_1, EXAMPLES, Example
 
@@ -373,3 +376,41 @@ def test_example_4_through_generated_client(client: AuthenticatedClient) -> None
     as_of = get_balance.sync(account_id=acct, client=client, timestamp=16)
     assert isinstance(as_of, m.BalanceResponse), as_of
     assert (as_of.available, as_of.final) == (130, False)
+
+
+def test_live_grants_through_generated_client(client: AuthenticatedClient) -> None:
+    """listGrants, sent in pieces of LIVE_GRANTS_PER_PIECE grants (chunked, no
+    Content-Length), parses whole as ``LiveGrantsResponse``: every grant, in order, labels
+    with non-ASCII text, U+2028 and control characters as given; with ``resource`` too."""
+    acct = "gen-live-grants"
+    count = 2 * LIVE_GRANTS_PER_PIECE + 1
+    metadata = {"note": "\x01\u2028é😀", "empty": ""}
+    operations: list[Operation] = [
+        m.GrantOperation.from_dict(
+            {"op": "grant", "account_id": acct, "amount": 1, "timestamp": 0, "expiry": 10 + i}
+            | ({"resources": ["h100"]} if i % 2 else {})
+            | ({"name": f"grant {i} — ünïcode", "metadata": metadata} if i % 3 else {})
+        )
+        for i in range(count)
+    ]
+    batch = apply_batch.sync(client=client, body=m.BatchRequest(operations=operations))
+    assert isinstance(batch, m.BatchResponse), batch
+    assert batch.failed == 0, batch.to_dict()
+
+    response = list_grants.sync_detailed(account_id=acct, client=client)
+    assert response.status_code == 200, response.content
+    assert response.headers["Content-Type"] == "application/json"
+    assert "X-Request-ID" in response.headers
+    parsed = response.parsed
+    assert isinstance(parsed, m.LiveGrantsResponse), response.content
+    assert parsed.additional_properties == {}
+    assert parsed.to_dict() == json.loads(response.content)
+    assert [g.grant_id for g in parsed.grants] == list(range(1, count + 1))
+    labelled = [g.to_dict() for g in parsed.grants if g.grant_id % 3 != 1]
+    assert all(g["metadata"] == metadata for g in labelled)
+    assert labelled[0]["name"] == "grant 1 — ünïcode"
+
+    by_class = list_grants.sync(account_id=acct, client=client, resource="h100")
+    assert isinstance(by_class, m.LiveGrantsResponse), by_class
+    assert (by_class.resource, by_class.available) == ("h100", count)
+    assert [g.grant_id for g in by_class.grants] == list(range(1, count + 1))
