@@ -192,6 +192,35 @@ async def test_a_label_survives_a_restatement_in_the_same_batch(
         assert (labelled["name"], labelled["metadata"]) == (NAME, METADATA)
 
 
+async def _get_through_asgi(app: FastAPI, path: str, send: Callable[[Any], Any]) -> None:
+    """GET ``path`` straight through the app's ASGI interface, each message to ``send``
+    (httpx's ASGI transport gathers the body before it answers)."""
+    requested = False
+
+    async def receive() -> Any:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()  # no disconnect: cancelled once the answer is sent
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"test")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("test", 80),
+    }
+    await app(scope, receive, send)
+
+
 async def test_a_long_live_grants_list_is_sent_in_pieces_with_the_loop_free_between(
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:
@@ -225,36 +254,56 @@ async def test_a_long_live_grants_list_is_sent_in_pieces_with_the_loop_free_betw
         if message["type"] == "http.response.body":
             sent.append((ticks, message.get("body", b"")))
 
-    requested = False
-
-    async def receive() -> Any:
-        nonlocal requested
-        if not requested:
-            requested = True
-            return {"type": "http.request", "body": b"", "more_body": False}
-        await asyncio.Event().wait()  # no disconnect: cancelled once the answer is sent
-
-    path = url(ACCOUNT, "grants")
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"test")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("test", 80),
-    }
     task = asyncio.create_task(ticker())
     try:
-        await app(scope, receive, send)
+        await _get_through_asgi(app, url(ACCOUNT, "grants"), send)
     finally:
         task.cancel()
     pieces = [(at, body) for at, body in sent if body]
     assert b"".join(body for _, body in pieces) == whole.content
     assert len(pieces) >= 3, "one body: the loop was held while all of it was encoded"
     assert pieces[-1][0] > pieces[0][0], "no other task ran while the list was sent"
+
+
+async def test_writes_while_a_live_grants_list_is_sent_change_none_of_its_bytes(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
+    """The list is read whole before its first byte and the account's lock is not held while
+    it is sent: writes to the account go on meanwhile, and the list sent is the state when it
+    was read, byte for byte."""
+    ops = [
+        {"op": "grant", "account_id": ACCOUNT, "amount": 10, "timestamp": i, "expiry": 1000 + i}
+        | {"name": f"grant {i}", "metadata": {"note": "é\u2028"}}
+        for i in range(2 * LIVE_GRANTS_PER_PIECE + 50)
+    ]
+    assert ok(await client.post("/v1/batch", json={"operations": ops}))["failed"] == 0
+    before = (await client.get(url(ACCOUNT, "grants"))).content
+
+    first_sent, go_on = asyncio.Event(), asyncio.Event()
+    pieces: list[bytes] = []
+
+    async def send(message: Any) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            pieces.append(message["body"])
+            if len(pieces) == 1:
+                first_sent.set()
+                await go_on.wait()  # a slow reader: the rest waits until the writes are done
+
+    sending = asyncio.create_task(_get_through_asgi(app, url(ACCOUNT, "grants"), send))
+    try:
+        # Bounded: were the account locked while the list is sent, the writes would wait
+        # for the reader, who waits for them.
+        async with asyncio.timeout(60):
+            await first_sent.wait()
+            consumed = {"amount": 1500, "timestamp": 300}
+            ok(await client.post(url(ACCOUNT, "consumptions"), json=consumed))
+            granted = {"amount": 5, "timestamp": 301, "expiry": 999, "name": "new"}
+            ok(await client.post(url(ACCOUNT, "grants"), json=granted), 201)
+            ok(await client.post(url(ACCOUNT, "grants/200/void"), json={"timestamp": 302}))
+            after = (await client.get(url(ACCOUNT, "grants"))).content
+    finally:
+        go_on.set()
+        await sending
+    assert after != before
+    assert len(pieces) >= 3
+    assert b"".join(pieces) == before
