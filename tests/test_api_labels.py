@@ -225,7 +225,7 @@ async def test_a_long_live_grants_list_is_sent_in_pieces_with_the_loop_free_betw
     app: FastAPI, client: httpx.AsyncClient
 ) -> None:
     """10,000 live grants with the largest labels are 611 MB of JSON: as one body it held the
-    event loop 5.5 s (every other request waited) and took the process to 2.8 GB. The list is
+    event loop 4.4 s (every other request waited) and took the process to 2.8 GB. The list is
     sent in pieces, another task running between them, and reads as it did."""
     count = 2 * LIVE_GRANTS_PER_PIECE + 50
     metadata = {"note": "\x01" * 500}  # escaped six bytes a character in JSON
