@@ -83,12 +83,14 @@ NDJSON: Final = "application/x-ndjson"
 # the writer: the reader waits while that many are queued.
 CHUNK_LINES: Final = 2_000
 MAX_QUEUED_LINES: Final = 2 * CHUNK_LINES
-# Provisional writes the late lines of one chunk may replay, about (``ReplayCost``; the
-# copy of the account's state each late line starts from counts as an eighth of its live
-# grants). A chunk is applied on the event loop without a pause, and a late line replays
-# the writes from its replay base on, 3 to 10 us each (more with more live grants): 2,000
-# late lines over 7,000 provisional writes held the loop about 20 s. This bounds a chunk to
-# about 0.06 to 0.2 s (up to 0.35 s measured on a noisy machine).
+# Provisional writes the late lines of one chunk may replay, about (``ReplayCost``, in
+# app/service/replay.py, says what counts: the writes replayed and the copy each late line
+# starts from). A chunk is applied on the event loop without a pause, and a late line
+# replays the writes from its replay base on, 3 to 10 us each (more with more live grants):
+# 2,000 late lines over 7,000 provisional writes held the loop about 20 s. This bounds a
+# chunk to about 0.06 to 0.2 s (up to 0.35 s measured on a noisy machine). The stream cuts
+# by an estimate read without locks; the ledger counts again under them (``Ledger.events``)
+# and the lines it leaves are sent again (``_put_back``).
 CHUNK_REPLAYED_WRITES: Final = 20_000
 # After an idle timeout, how long the socket is polled once more (see _next_message).
 _POLL_S: Final = 0.01
