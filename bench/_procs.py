@@ -68,6 +68,15 @@ class Server:
             "GPU_CREDITS_STORAGE": storage,
             **(env or {}),
         }
+        if src is None:
+            # This checkout's service, whatever checkout the virtualenv was installed from:
+            # the console script imports ``app`` through the editable install's finder,
+            # which names the checkout that ran ``pip install -e``; a second worktree
+            # sharing that virtualenv would otherwise measure the first one's code as its
+            # own. Paths on PYTHONPATH are searched before that finder.
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(ROOT), self.env.get("PYTHONPATH", "")) if p
+            )
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
