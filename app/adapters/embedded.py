@@ -61,6 +61,7 @@ from app.storage.base import (
     VoidEntry,
     read_entries_after_sequence,
 )
+from app.storage.by_age import FORGET_SLICE, ByAge
 
 # About ten full commit groups (app.storage.sqlite.MAX_CHANGES_PER_COMMIT): far more than a
 # healthy disk ever has queued, small enough that a stalled one cannot take the memory.
@@ -95,6 +96,14 @@ class _PendingEvent:
     durable: asyncio.Future[None]
 
 
+def _key_of_key(p: _PendingKey) -> tuple[str, str]:
+    return (p.record.scope, p.record.key)
+
+
+def _key_of_event(p: _PendingEvent) -> tuple[str, str]:
+    return (p.record.account_id, p.record.event_id)
+
+
 class EmbeddedPort:
     """``LedgerPort`` over an ``EmbeddedJournal`` (memory or SQLite)."""
 
@@ -106,7 +115,7 @@ class EmbeddedPort:
         self._wall_clock_s = wall_clock_s
         self._slots: dict[str, _Slot] = {}
         self._accounts = 0  # slots counted against Limits.max_accounts
-        self._keys: dict[tuple[str, str], _PendingKey] = {}
+        self._keys: ByAge[tuple[str, str], _PendingKey] = ByAge(_key_of_key)
         # Keys a unit of work has looked up and found free, until it ends (with the key's
         # record submitted, or without it): another request with the same key waits for
         # that, then looks again. A batch's key is scoped to the API key, not to its
@@ -114,7 +123,7 @@ class EmbeddedPort:
         self._claims: dict[tuple[str, str], asyncio.Future[None]] = {}
         # Usage-stream ids by (account, event id): counted with the keys against the bounds
         # on Idempotency-Keys, as is the room units of work have taken for new ones.
-        self._events: dict[tuple[str, str], _PendingEvent] = {}
+        self._events: ByAge[tuple[str, str], _PendingEvent] = ByAge(_key_of_event)
         self._event_room_taken = 0
         self._expired_dropped_at_s = float("-inf")  # when the bound last dropped expired ids
         self._failure: str | None = None
@@ -136,10 +145,11 @@ class EmbeddedPort:
             self._debt += state.tracker.debt
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
-        for record in loaded.idempotency:
-            self._keys[(record.scope, record.key)] = _PendingKey(record, done)
-        for event in loaded.event_ids:
-            self._events[(event.account_id, event.event_id)] = _PendingEvent(event, done)
+        # Oldest first: the sweeps forget from the front (app.storage.by_age).
+        for record in sorted(loaded.idempotency, key=lambda r: r.created_at_s):
+            self._keys.put(_PendingKey(record, done))
+        for event in sorted(loaded.event_ids, key=lambda e: e.created_at_s):
+            self._events.put(_PendingEvent(event, done))
 
     async def close(self) -> None:
         await self._store.close()
@@ -166,15 +176,33 @@ class EmbeddedPort:
         return self._debt
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
-        old = [k for k, p in self._keys.items() if p.record.created_at_s < min_created_at_s]
-        for k in old:
-            self._forget_key(k)
-        old_events = self._expired_events(min_created_at_s)
-        for k in old_events:
-            self._forget_event(k)
+        forgotten = 0
+        while True:  # a slice at a time, requests served between (see app.storage.by_age)
+            count, more = self._forget_expired(min_created_at_s)
+            forgotten += count
+            if not more:
+                break
+            await asyncio.sleep(0)
         await self._store.prune_idempotency(min_created_at_s)
         await self._store.prune_event_ids(min_created_at_s)
-        return len(old) + len(old_events)
+        return forgotten
+
+    def _forget_expired(self, min_created_at_s: float) -> tuple[int, bool]:
+        """Forget the oldest keys and ids made before ``min_created_at_s``, at most
+        FORGET_SLICE of each (an id once durable: a retry may still be waiting for it). How
+        many went, and whether a slice was full (more may be left)."""
+        keys = self._keys.pop_oldest(
+            lambda p: p.record.created_at_s < min_created_at_s, FORGET_SLICE
+        )
+        for scope, _ in keys:
+            Tenants.add(self._scope_tenants(scope), "idempotency keys", -1)
+        events = self._events.pop_oldest(
+            lambda p: p.record.created_at_s < min_created_at_s and p.durable.done(),
+            FORGET_SLICE,
+        )
+        for account_id, _ in events:
+            Tenants.add(self._tenants.of_account(account_id), "idempotency keys", -1)
+        return len(keys) + len(events), FORGET_SLICE in (len(keys), len(events))
 
     def replay_timeline(self, account_id: str) -> AccountTimeline | None:
         slot = self._slots.get(account_id)
@@ -275,33 +303,20 @@ class EmbeddedPort:
         ):
             return
         # At a bound: drop the keys and ids past their retention first (the hourly sweep
-        # may not have run yet). A scan of everything held: at most once a second, so a
-        # stream of lines refused at the bound does not pay it per line.
+        # may not have run yet), a slice at most per request. Once no slice comes back
+        # full, not again for a second, so a stream of lines refused at the bound does not
+        # look for them per line.
         now_s = self._wall_clock_s()
         if now_s - self._expired_dropped_at_s >= 1.0:
-            self._expired_dropped_at_s = now_s
-            cutoff_s = now_s - self._limits.idempotency_ttl_s
-            for k in [k for k, p in self._keys.items() if p.record.created_at_s < cutoff_s]:
-                self._forget_key(k)
-            for k in self._expired_events(cutoff_s):
-                self._forget_event(k)
+            _, more = self._forget_expired(now_s - self._limits.idempotency_ttl_s)
+            if not more:
+                self._expired_dropped_at_s = now_s
         if self._ids_held() >= self._limits.max_idempotency_keys:
             raise IdempotencyKeysFull(self._limits.max_idempotency_keys)
         if tight is not None and tight.room("idempotency keys") < 1:
             raise QuotaExceeded(tight.prefix, "idempotency keys", tight.quota.max_idempotency_keys)
 
     # -- usage-stream event ids ------------------------------------------------------------
-
-    def _expired_events(self, min_created_at_s: float) -> list[tuple[str, str]]:
-        return [
-            k
-            for k, p in self._events.items()
-            if p.record.created_at_s < min_created_at_s and p.durable.done()
-        ]
-
-    def _forget_event(self, k: tuple[str, str]) -> None:
-        del self._events[k]
-        Tenants.add(self._tenants.of_account(k[0]), "idempotency keys", -1)
 
     def _take_event_room(self, account_id: str) -> None:
         tenants = self._tenants.of_account(account_id)
@@ -337,7 +352,7 @@ class EmbeddedPort:
 
     def _remember_key(self, record: IdempotencyRecord, fut: asyncio.Future[None]) -> None:
         """From now on a retry with this key waits for ``fut`` and replays the answer."""
-        self._keys[(record.scope, record.key)] = _PendingKey(record, fut)
+        self._keys.put(_PendingKey(record, fut))
         Tenants.add(self._scope_tenants(record.scope), "idempotency keys", 1)
         if self._store.persists_idempotency_bodies:
             # Once durable, the body is on disk: hold only what matching a retry needs.
@@ -346,10 +361,6 @@ class EmbeddedPort:
                     record.body = None
 
             fut.add_done_callback(forget_body)
-
-    def _forget_key(self, k: tuple[str, str]) -> None:
-        del self._keys[k]
-        Tenants.add(self._scope_tenants(k[0]), "idempotency keys", -1)
 
     def _scope_tenants(self, scope: str) -> tuple[Tenant, ...]:
         owner = api_key_of_scope(scope)
@@ -395,7 +406,7 @@ class EmbeddedPort:
             event = change.event
             if event is not None:
                 # Counted already (the room its unit of work took): now held until pruned.
-                self._events[(event.account_id, event.event_id)] = _PendingEvent(event, fut)
+                self._events.put(_PendingEvent(event, fut))
         self._debt = debt
         if key is not None:
             self._remember_key(key, fut)

@@ -19,6 +19,7 @@ import dataclasses
 import itertools
 import logging
 from collections.abc import Sequence
+from typing import TypeVar
 
 from app.domain import LiveGrant, TrackerState
 from app.observe import NULL_OBSERVER, Observer
@@ -45,6 +46,7 @@ from app.storage.base import (
     final_clock,
     position_of,
 )
+from app.storage.by_age import FORGET_SLICE, ByAge
 
 log = logging.getLogger("app.storage.memory")
 
@@ -68,8 +70,11 @@ class MemoryStore:
         self._live_grants: dict[str, dict[int, LiveGrant]] = {}
         # Dropped by the ledger's hourly prune: at most the keys of the retention period
         # and one sweep interval.
-        self._keys: dict[tuple[str, str], IdempotencyRecord] = {}
-        self._event_ids: dict[tuple[str, str], EventRecord] = {}  # the same retention
+        self._keys: ByAge[tuple[str, str], IdempotencyRecord] = ByAge(lambda r: (r.scope, r.key))
+        # The same retention as keys.
+        self._event_ids: ByAge[tuple[str, str], EventRecord] = ByAge(
+            lambda e: (e.account_id, e.event_id)
+        )
         self._failure: StorageError | None = None
 
     async def open(self, idempotency_min_created_at_s: float) -> LoadedState:
@@ -156,10 +161,10 @@ class MemoryStore:
             checkpoints.sort(key=lambda c: c.position)
         record = change.idempotency
         if record is not None:
-            self._keys[(record.scope, record.key)] = record
+            self._keys.put(record)
         event = change.event
         if event is not None:
-            self._event_ids[(event.account_id, event.event_id)] = event
+            self._event_ids.put(event)
 
     async def check(self) -> str | None:
         return None if self._failure is None else str(self._failure)  # no files to lose
@@ -265,10 +270,7 @@ class MemoryStore:
         return None if record is None else record.body
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
-        old = [k for k, r in self._keys.items() if r.created_at_s < min_created_at_s]
-        for k in old:
-            del self._keys[k]
-        return len(old)
+        return await _prune(self._keys, min_created_at_s)
 
     async def read_event_ids(
         self, keys: Sequence[tuple[str, str]]
@@ -277,10 +279,22 @@ class MemoryStore:
         return {k: r for k in keys if (r := self._event_ids.get(k)) is not None}
 
     async def prune_event_ids(self, min_created_at_s: float) -> int:
-        old = [k for k, r in self._event_ids.items() if r.created_at_s < min_created_at_s]
-        for k in old:
-            del self._event_ids[k]
-        return len(old)
+        return await _prune(self._event_ids, min_created_at_s)
+
+
+_Aged = TypeVar("_Aged", IdempotencyRecord, EventRecord)
+
+
+async def _prune(records: ByAge[tuple[str, str], _Aged], min_created_at_s: float) -> int:
+    """Forget the records made before ``min_created_at_s``, oldest first, a slice at a time
+    with the event loop free between (see ``app.storage.by_age``)."""
+    forgotten = 0
+    while True:
+        old = records.pop_oldest(lambda r: r.created_at_s < min_created_at_s, FORGET_SLICE)
+        forgotten += len(old)
+        if len(old) < FORGET_SLICE:
+            return forgotten
+        await asyncio.sleep(0)
 
 
 def _checkpoint_at(checkpoints: list[Checkpoint], timestamp: int) -> Checkpoint | None:
