@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -135,3 +136,49 @@ async def test_at_the_bound_a_request_forgets_at_most_a_slice_of_expired_keys(
         assert await ledger.prune_idempotency() == 0
     finally:
         await ledger.close()
+
+
+async def test_sqlite_deletes_expired_keys_a_slice_at_a_time_between_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hourly sweep on SQLite deletes a slice of rows (in key order) per writer job and
+    transaction: a write submitted meanwhile commits between two slices, not after all of
+    them. Expired and young keys interleave in key order; only the expired go."""
+    from app.storage import sqlite as sqlite_storage
+
+    monkeypatch.setattr(sqlite_storage, "PRUNE_ROWS_PER_SLICE", 3)
+    slices: list[int] = []
+    delete_slice = SqliteStore._delete_slice
+
+    def counted(self: SqliteStore, *args: object) -> tuple[int, tuple[str, str] | None]:
+        found = delete_slice(self, *args)  # type: ignore[arg-type]
+        slices.append(found[0])
+        return found
+
+    monkeypatch.setattr(SqliteStore, "_delete_slice", counted)
+    now_s = [5_000.0]
+    limits = Limits(idempotency_ttl_s=TTL_S)
+    path = tmp_path / "ledger.sqlite"
+    port = EmbeddedPort(SqliteStore(path), limits, lambda: now_s[0])
+    ledger = Ledger(port, encode_answer, limits, lambda: now_s[0])
+    await ledger.start()
+    try:
+        for i in range(20):  # old-00, old-02, ... then young-01, young-03, ... by time
+            await ledger.grant(f"acct-{i % 4}", 1, i, 10**6, key(f"k-{i:02d}-old"))
+        now_s[0] += TTL_S
+        for i in range(10):
+            await ledger.grant(f"acct-{i % 4}", 1, 100 + i, 10**6, key(f"k-{i:02d}-young"))
+        now_s[0] += 1  # the first twenty expired, the last ten not
+        sweep = asyncio.create_task(ledger.prune_idempotency())
+        await asyncio.sleep(0)  # the sweep's first slice is with the writer
+        await ledger.grant("acct-9", 1, 200, 10**6, key("during"))
+        assert not sweep.done()  # the write committed between slices
+        assert await sweep == 20
+    finally:
+        await ledger.close()
+    assert sum(slices) == 20
+    assert max(slices) <= 3
+    assert len(slices) >= 11  # 31 rows looked at, three a slice
+    with sqlite3.connect(path) as conn:
+        kept = sorted(k for (k,) in conn.execute("SELECT key FROM idempotency"))
+    assert kept == sorted([f"k-{i:02d}-young" for i in range(10)] + ["during"])

@@ -566,6 +566,34 @@ _WRITE_GROUP = (
 )
 _NO_ROWS: Final = "[]"
 
+# The hourly sweep deletes expired keys and event ids on the writer thread, one slice of a
+# table at a time in key order, each slice its own transaction, so the group commits queued
+# meanwhile go between slices. 10^6 expired keys deleted in one statement held the writer
+# 3.9 to 4.7 s, every write waiting for it; by slices of 5,000 rows in key order, 35 ms each
+# on average (0.23 to 0.27 s for one that checkpoints the WAL), 6 to 7 s in all. In key
+# order, not by age: rows
+# made one after the other belong to many accounts, so a slice by age writes a page for
+# nearly every row (16 s in all, as many pages as rows).
+PRUNE_ROWS_PER_SLICE: Final = 5_000
+# (the last key of the next slice, the expired rows up to it, the expired rows after a key)
+PruneStatements = tuple[str, str, str]
+
+
+def _prune_statements(table: str, first: str, second: str) -> PruneStatements:
+    key = f"({first}, {second})"
+    return (
+        f"SELECT {first}, {second} FROM {table} WHERE {key} > (?, ?) "
+        f"ORDER BY {first}, {second} LIMIT 1 OFFSET ?",
+        f"DELETE FROM {table} WHERE {key} > (?1, ?2) AND {key} <= (?3, ?4) AND created_at_s < ?5",
+        f"DELETE FROM {table} WHERE {key} > (?1, ?2) AND created_at_s < ?3",
+    )
+
+
+_PRUNE_IDEMPOTENCY: Final = _prune_statements("idempotency", "scope", "key")
+_PRUNE_EVENT_IDS: Final = _prune_statements("event_ids", "account_id", "event_id")
+# Below every key the service writes (scopes, accounts, keys and ids are never empty).
+_BEFORE_EVERY_KEY: Final = ("", "")
+
 
 def _install_group_writer(conn: sqlite3.Connection) -> bool:
     """The TEMP view and trigger ``_WRITE_GROUP`` goes through: the connection's own, never
@@ -1536,14 +1564,43 @@ class SqliteStore:
         return _read_account_state(self._read_conn, account_id)
 
     async def prune_idempotency(self, min_created_at_s: float) -> int:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writer, self._prune, min_created_at_s)
+        return await self._prune_in_slices(_PRUNE_IDEMPOTENCY, min_created_at_s)
 
-    def _prune(self, min_created_at_s: float) -> int:
+    async def _prune_in_slices(self, statements: PruneStatements, min_created_at_s: float) -> int:
+        """Delete a table's rows made before ``min_created_at_s``, PRUNE_ROWS_PER_SLICE rows
+        looked at a time in key order, each slice a writer job of its own."""
+        loop = asyncio.get_running_loop()
+        deleted = 0
+        after: tuple[str, str] | None = _BEFORE_EVERY_KEY
+        while after is not None:
+            count, after = await loop.run_in_executor(
+                self._writer, self._delete_slice, statements, after, min_created_at_s
+            )
+            deleted += count
+        return deleted
+
+    def _delete_slice(
+        self, statements: PruneStatements, after: tuple[str, str], min_created_at_s: float
+    ) -> tuple[int, tuple[str, str] | None]:
+        """In one transaction, the expired rows among the next slice after ``after``: how
+        many, and the slice's last key (None: the slice reached the end of the table)."""
         conn = self._write_conn
         assert conn is not None, "store is not open"
-        cursor = conn.execute("DELETE FROM idempotency WHERE created_at_s < ?", (min_created_at_s,))
-        return cursor.rowcount
+        assert not conn.in_transaction, "the writer commits what it begins"
+        last_of_slice, delete_to, delete_rest = statements
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            last = conn.execute(last_of_slice, (*after, PRUNE_ROWS_PER_SLICE - 1)).fetchone()
+            if last is None:
+                count = conn.execute(delete_rest, (*after, min_created_at_s)).rowcount
+            else:
+                count = conn.execute(delete_to, (*after, *last, min_created_at_s)).rowcount
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return count, None if last is None else (str(last[0]), str(last[1]))
 
     async def read_event_ids(
         self, keys: Sequence[tuple[str, str]]
@@ -1570,14 +1627,7 @@ class SqliteStore:
         return found
 
     async def prune_event_ids(self, min_created_at_s: float) -> int:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writer, self._prune_event_ids, min_created_at_s)
-
-    def _prune_event_ids(self, min_created_at_s: float) -> int:
-        conn = self._write_conn
-        assert conn is not None, "store is not open"
-        cursor = conn.execute("DELETE FROM event_ids WHERE created_at_s < ?", (min_created_at_s,))
-        return cursor.rowcount
+        return await self._prune_in_slices(_PRUNE_EVENT_IDS, min_created_at_s)
 
 
 class SqliteSnapshot:
