@@ -9,6 +9,7 @@ module's: it knows neither SQL nor HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
@@ -40,6 +41,7 @@ from app.service.limits import Limits
 from app.service.replay import (
     ATOMIC_COPY_GRANTS_PER_WRITE,
     MAX_BATCH_REPLAYED_WRITES,
+    OFF_LOOP_REPLAYED_WRITES,
     ReplayCost,
     TimelineOf,
 )
@@ -306,8 +308,18 @@ class Ledger:
         label: Label = NO_LABEL,
         resources: list[str] | None = None,
     ) -> GrantReceipt | Replay:
-        def apply(uow: UnitOfWork, account: AccountState) -> tuple[Change, GrantReceipt]:
-            return self._grant(uow, account, amount, timestamp, expiry, label, resources)
+        async def apply(uow: UnitOfWork, account: AccountState) -> tuple[Change, GrantReceipt]:
+            live_room = uow.live_room(account_id)
+
+            def write(target: AccountState) -> tuple[Change, GrantReceipt]:
+                return journal.grant(target, amount, timestamp, expiry, live_room, label, resources)
+
+            try:
+                return await _journal_write(
+                    uow, account, timestamp, write, lambda: uow.live_room(account_id)
+                )
+            except NoLiveRoom:
+                raise uow.live_quota_error(account_id) from None
 
         return await self._write("grant", account_id, idempotency, apply)
 
@@ -319,8 +331,13 @@ class Ledger:
         idempotency: Idempotency | None = None,
         resource: str | None = None,
     ) -> ConsumptionReceipt | Replay:
-        def apply(uow: UnitOfWork, account: AccountState) -> tuple[Change, ConsumptionReceipt]:
-            return self._consume(uow, account, amount, timestamp, resource)
+        async def apply(
+            uow: UnitOfWork, account: AccountState
+        ) -> tuple[Change, ConsumptionReceipt]:
+            def write(target: AccountState) -> tuple[Change, ConsumptionReceipt]:
+                return journal.consume(target, amount, timestamp, resource)
+
+            return await _journal_write(uow, account, timestamp, write)
 
         return await self._write("consume", account_id, idempotency, apply)
 
@@ -333,12 +350,18 @@ class Ledger:
         rules (``journal.consume``) on a copy of the account's timeline, and no commit. A
         refusal is the one the write would get (a late write too: its answer counts what it
         would restate). No Idempotency-Key: there is nothing to record or replay. Costs a
-        copy of the account, O(live grants + provisional writes)."""
+        copy of the account, O(live grants + provisional writes); a costly replay runs in a
+        worker thread (see ``_journal_write``)."""
         self._check_serving()
         async with self._port.unit_of_work([account_id]) as uow:
             account = uow.account(account_id) or uow.create(account_id)
             trial = AccountState(account_id, account.timeline.copy(), account.window)
-            _, receipt = journal.consume(trial, amount, timestamp, resource)
+            if _replays_much(account, timestamp):
+                _, receipt = await asyncio.to_thread(
+                    journal.consume, trial, amount, timestamp, resource
+                )
+            else:
+                _, receipt = journal.consume(trial, amount, timestamp, resource)
         return receipt
 
     async def _write(
@@ -346,7 +369,7 @@ class Ledger:
         kind: OperationKind,
         account_id: str,
         idempotency: Idempotency | None,
-        apply: Callable[[UnitOfWork, AccountState], tuple[Change, _R]],
+        apply: Callable[[UnitOfWork, AccountState], Awaitable[tuple[Change, _R]]],
     ) -> _R | Replay:
         """One write: a grant or consumption on an unknown account creates it; if the
         operation is refused, the new account is forgotten, so a failed request leaves no
@@ -360,7 +383,7 @@ class Ledger:
                     self._observer.replayed(kind)
                     return replay
                 account = uow.account(account_id) or uow.create(account_id)
-                change, receipt = apply(uow, account)
+                change, receipt = await apply(uow, account)
                 if idempotency is not None:
                     key = self._key_record(account_id, idempotency, self._encode(receipt))
                 await uow.commit([change], key)
@@ -391,7 +414,11 @@ class Ledger:
                 if account is None:
                     raise AccountNotFound(account_id)
                 grant, voided = await _grant_record(uow, account, grant_id)
-                change, receipt = self._void(uow, account, grant_id, timestamp, grant, voided)
+
+                def write(target: AccountState) -> tuple[Change, VoidReceipt]:
+                    return journal.void(target, grant_id, timestamp, grant, voided)
+
+                change, receipt = await _journal_write(uow, account, timestamp, write)
                 key = None
                 if idempotency is not None:
                     key = self._key_record(account_id, idempotency, self._encode(receipt))
@@ -842,6 +869,52 @@ async def _balance_baselines(
 
 
 GrantRecord = tuple[GrantEntry | None, VoidEntry | None]  # a grant's entry, and its void's
+
+
+_W = TypeVar("_W", GrantReceipt, ConsumptionReceipt, VoidReceipt)
+
+
+def _replays_much(account: AccountState, timestamp: int) -> bool:
+    """Whether a write at ``timestamp`` would replay more than OFF_LOOP_REPLAYED_WRITES."""
+    cost = account.timeline.replay_cost(timestamp)
+    return cost is not None and cost > OFF_LOOP_REPLAYED_WRITES
+
+
+async def _journal_write(
+    uow: UnitOfWork,
+    account: AccountState,
+    timestamp: int,
+    write: Callable[[AccountState], tuple[Change, _W]],
+    live_room: Callable[[], int | None] | None = None,
+) -> tuple[Change, _W]:
+    """``write`` (a journal write) applied to ``account``, and the live grants it added or
+    removed counted. A write that replays much (``_replays_much``) is applied to a copy of
+    the account in a worker thread, and the copy then takes the account's place; refused,
+    it leaves the account as it was, as ``write`` does. The copy is made here, on the loop:
+    the account is held (no other write changes it), and reads go on reading the original
+    meanwhile, the state before this write, as they would before its commit. ``write`` and
+    the journal touch only the account they are given.
+
+    ``live_room``: the room for more live grants outside the account (service, tenants),
+    which ``write`` was given as it stood before; other accounts' writes may have taken
+    some while the thread ran, so it is asked again before the copy is taken, and a write
+    that grew past it is refused (``NoLiveRoom``) as it would have been in place."""
+    timeline = account.timeline  # its current tracker may be another after the write
+    live_before = timeline.current.live_grant_count
+    if _replays_much(account, timestamp):
+        trial = AccountState(account.account_id, timeline.copy(), account.window)
+        change, receipt = await asyncio.to_thread(write, trial)
+        grown = trial.timeline.current.live_grant_count - live_before
+        room = None if live_room is None else live_room()
+        if room is not None and grown > room:
+            raise NoLiveRoom()
+        account.timeline = trial.timeline
+    else:
+        change, receipt = write(account)
+    live_added = account.timeline.current.live_grant_count - live_before
+    if live_added:
+        uow.count_live(account.account_id, live_added)
+    return change, receipt
 
 
 async def _replay(uow: UnitOfWork, scope: str, idempotency: Idempotency | None) -> Replay | None:

@@ -23,6 +23,12 @@ from app.domain.timeline import REPLAY_SPACING_DIVISOR, AccountTimeline
 # plus the copy of its state) pass, as every single late write does; past it the batch is
 # refused with a problem that says to split it or stream it.
 MAX_BATCH_REPLAYED_WRITES: Final = 25_000
+# A single write or dry run that replays more provisional writes than this (about 14 ms)
+# runs on a copy of its account in a worker thread, the copy then taking the account's
+# place (``Ledger._journal_write``): the event loop goes on serving other requests
+# meanwhile, sharing the GIL with the thread in 5 ms turns, instead of waiting up to 1.5 s
+# for the replay. Below it, the copy would cost more than the wait it saves.
+OFF_LOOP_REPLAYED_WRITES: Final = 1_000
 # The live grants an atomic batch copies (to put its accounts back on a failure) that count
 # as one replayed write (see ``Ledger``'s ``_check_replay_cost``).
 ATOMIC_COPY_GRANTS_PER_WRITE: Final = 16
