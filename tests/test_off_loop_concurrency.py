@@ -1,0 +1,295 @@
+"""Review of the off-loop late writes (``app.service.ledger._journal_write``): while a late
+write's replay is held in its worker thread, the event loop serves other accounts, lists
+and estimates, and a read of the same account waits for the write; a write cancelled while
+its thread runs, or whose thread fails, leaves the account, the counts of live grants and
+later writes exactly as if it never ran; two requests with one Idempotency-Key apply once.
+Each run is compared with the same operations applied in place."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.adapters.embedded import EmbeddedPort
+from app.api.render import encode_answer
+from app.service import journal
+from app.service.errors import AccountNotFound
+from app.service.idempotency import Idempotency
+from app.service.ledger import Ledger, Replay
+from app.service.limits import Limits
+from app.storage.memory import MemoryStore
+from app.storage.sqlite import SqliteStore
+
+PROVISIONAL = 40
+THRESHOLD = 10
+IN_PLACE = 10**9
+KEY = Idempotency("late-key", "f" * 64)
+
+
+def _ledger(kind: str, path: Path, limits: Limits | None = None) -> Ledger:
+    limits = limits or Limits()
+    store = SqliteStore(path) if kind == "sqlite" else MemoryStore()
+    clock: Callable[[], float] = lambda: 1_000.0  # noqa: E731
+    return Ledger(EmbeddedPort(store, limits, clock), encode_answer, limits, clock)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def kind(request: pytest.FixtureRequest) -> str:
+    value: str = request.param
+    return value
+
+
+@contextlib.asynccontextmanager
+async def _started(ledger: Ledger) -> AsyncIterator[Ledger]:
+    await ledger.start()
+    try:
+        yield ledger
+    finally:
+        await ledger.close()
+
+
+async def _provisional(ledger: Ledger, account_id: str) -> None:
+    """An account with a window and PROVISIONAL writes after t=1,000 to replay."""
+    await ledger.grant(account_id, 1_000, 0, 10**6)
+    await ledger.set_lateness_window(account_id, 100_000)
+    for n in range(PROVISIONAL):
+        await ledger.consume(account_id, 3, 1_000 + n)
+
+
+async def _observed(ledger: Ledger, account_id: str) -> tuple[Any, ...]:
+    balance = await ledger.balance(account_id, None)
+    entries = await ledger.entries(account_id, 0, 10_000)
+    live = await ledger.live_grants(account_id)
+    return (repr(balance), repr(entries), repr(live))
+
+
+def _check_port(ledger: Ledger) -> None:
+    """The port's counts agree with the accounts it holds, and each timeline is sound."""
+    port = ledger.port
+    assert isinstance(port, EmbeddedPort)
+    total = 0
+    for account_id, slot in port._slots.items():
+        slot.state.timeline.check_invariants()
+        assert port.replay_timeline(account_id) is slot.state.timeline
+        total += slot.state.tracker.live_grant_count
+    assert port._live_grants == total
+
+
+class _Hold:
+    """Holds journal ``name`` for ``account_id`` in a worker thread until ``go`` is set."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str, account_id: str) -> None:
+        self.entered = threading.Event()
+        self.go = threading.Event()
+        self.done = threading.Event()
+        self.calls = 0
+        original = getattr(journal, name)
+
+        def held(target: journal.AccountState, *args: Any, **kwargs: Any) -> Any:
+            on_loop = threading.current_thread() is threading.main_thread()
+            if target.account_id != account_id or on_loop or self.calls:
+                return original(target, *args, **kwargs)
+            self.calls += 1
+            self.entered.set()
+            assert self.go.wait(30), "the test never let the write go on"
+            try:
+                return original(target, *args, **kwargs)
+            finally:
+                self.done.set()
+
+        monkeypatch.setattr(journal, name, held)
+
+    async def wait_entered(self) -> None:
+        assert await asyncio.to_thread(self.entered.wait, 30)
+
+    async def wait_done(self) -> None:
+        assert await asyncio.to_thread(self.done.wait, 30)
+
+
+async def _turns(n: int = 20) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+async def _run(
+    kind: str,
+    path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    threshold: int,
+    body: Callable[[Ledger], Awaitable[list[Any]]],
+) -> list[Any]:
+    monkeypatch.setattr("app.service.ledger.OFF_LOOP_REPLAYED_WRITES", threshold)
+    async with _started(_ledger(kind, path)) as ledger:
+        for account_id in ("a", "c"):
+            await _provisional(ledger, account_id)
+        out = await body(ledger)
+        for account_id in ("a", "b", "c"):
+            try:
+                out.append(await _observed(ledger, account_id))
+            except AccountNotFound:
+                out.append(None)
+        _check_port(ledger)
+        return out
+
+
+async def test_the_loop_serves_others_while_a_late_write_is_held(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def plain(ledger: Ledger) -> list[Any]:
+        out: list[Any] = [repr(await ledger.consume("a", 7, 500))]
+        out.append(repr(await ledger.grant("b", 5, 0, 10**6)))
+        out.append(repr(await ledger.consume("b", 1, 1)))
+        out.append(repr(await ledger.grant("c", 9, 600, 10**6)))
+        return out
+
+    reference = await _run(kind, tmp_path / "ref.sqlite", monkeypatch, IN_PLACE, plain)
+
+    async def concurrent(ledger: Ledger) -> list[Any]:
+        hold = _Hold(monkeypatch, "consume", "a")
+        before = await ledger.balance("a", None)
+        late = asyncio.create_task(ledger.consume("a", 7, 500))
+        await hold.wait_entered()
+        out: list[Any] = []
+        # Other accounts, while a's replay is held in its thread.
+        b_grant = repr(await ledger.grant("b", 5, 0, 10**6))
+        b_use = repr(await ledger.consume("b", 1, 1))
+        assert (await ledger.balance("b", None)).available == 4
+        # Another account's late write, off the loop too, while a's thread is held.
+        c_late = repr(await ledger.grant("c", 9, 600, 10**6))
+        # A list and an estimate read a's account as it stood before the write.
+        page = await ledger.accounts("", "", 10)
+        assert repr(page.accounts[0]) == repr(before)
+        assert ledger.replay_cost() is not None
+        # A read of a itself waits for the write (the account's lock).
+        read = asyncio.create_task(ledger.balance("a", None))
+        await _turns()
+        assert not read.done()
+        assert not late.done()
+        hold.go.set()
+        out.append(repr(await late))
+        after = await read
+        assert after.available != before.available
+        out += [b_grant, b_use, c_late]
+        return out
+
+    off = await _run(kind, tmp_path / "off.sqlite", monkeypatch, THRESHOLD, concurrent)
+    assert off == reference
+
+
+async def test_a_late_write_cancelled_in_its_thread_changes_nothing(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client gone (its task cancelled) while its late grant replays: the account, the
+    count of live grants and every later write are as if it never came, also once its
+    thread has finished on its copy."""
+
+    async def plain(ledger: Ledger) -> list[Any]:
+        return [repr(await ledger.grant("a", 50, 700, 10**6))]
+
+    reference = await _run(kind, tmp_path / "ref.sqlite", monkeypatch, IN_PLACE, plain)
+
+    async def cancelled(ledger: Ledger) -> list[Any]:
+        hold = _Hold(monkeypatch, "grant", "a")
+        before = await _observed(ledger, "a")
+        late = asyncio.create_task(ledger.grant("a", 5, 500, 10**6))
+        await hold.wait_entered()
+        late.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await late
+        assert await _observed(ledger, "a") == before
+        _check_port(ledger)
+        hold.go.set()
+        await hold.wait_done()
+        await _turns()
+        assert await _observed(ledger, "a") == before
+        _check_port(ledger)
+        return [repr(await ledger.grant("a", 50, 700, 10**6))]
+
+    assert await _run(kind, tmp_path / "off.sqlite", monkeypatch, THRESHOLD, cancelled) == reference
+
+
+async def test_a_late_write_whose_thread_fails_leaves_the_account(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure inside the thread after the journal changed its copy (a broken
+    invariant): the account held is the one before the write."""
+
+    async def plain(ledger: Ledger) -> list[Any]:
+        return [repr(await ledger.consume("a", 7, 500))]
+
+    reference = await _run(kind, tmp_path / "ref.sqlite", monkeypatch, IN_PLACE, plain)
+
+    async def failing(ledger: Ledger) -> list[Any]:
+        original = journal.consume
+        before = await _observed(ledger, "a")
+
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            original(*args, **kwargs)
+            raise AssertionError("broken after the copy changed")
+
+        monkeypatch.setattr(journal, "consume", broken)
+        with pytest.raises(AssertionError):
+            await ledger.consume("a", 5, 450)
+        monkeypatch.setattr(journal, "consume", original)
+        assert await _observed(ledger, "a") == before
+        _check_port(ledger)
+        return [repr(await ledger.consume("a", 7, 500))]
+
+    assert await _run(kind, tmp_path / "off.sqlite", monkeypatch, THRESHOLD, failing) == reference
+
+
+async def test_one_key_twice_at_once_applies_once(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def plain(ledger: Ledger) -> list[Any]:
+        first = await ledger.grant("a", 5, 500, 10**6, KEY)
+        again = await ledger.grant("a", 5, 500, 10**6, KEY)
+        assert isinstance(again, Replay)
+        return [repr(first), again.body]
+
+    reference = await _run(kind, tmp_path / "ref.sqlite", monkeypatch, IN_PLACE, plain)
+
+    async def twice(ledger: Ledger) -> list[Any]:
+        hold = _Hold(monkeypatch, "grant", "a")
+        first = asyncio.create_task(ledger.grant("a", 5, 500, 10**6, KEY))
+        await hold.wait_entered()
+        second = asyncio.create_task(ledger.grant("a", 5, 500, 10**6, KEY))
+        await _turns()
+        assert not second.done()
+        hold.go.set()
+        answer = await first
+        again = await second
+        assert isinstance(again, Replay)
+        assert hold.calls == 1
+        return [repr(answer), again.body]
+
+    assert await _run(kind, tmp_path / "off.sqlite", monkeypatch, THRESHOLD, twice) == reference
+
+
+async def test_a_late_dry_run_in_its_thread_changes_nothing_and_answers_as_in_place(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def plain(ledger: Ledger) -> list[Any]:
+        return [repr(await ledger.consume_dry_run("a", 2_000, 700))]
+
+    reference = await _run(kind, tmp_path / "ref.sqlite", monkeypatch, IN_PLACE, plain)
+
+    async def dry(ledger: Ledger) -> list[Any]:
+        hold = _Hold(monkeypatch, "consume", "a")
+        task = asyncio.create_task(ledger.consume_dry_run("a", 2_000, 700))
+        await hold.wait_entered()
+        other = repr(await ledger.grant("b", 5, 0, 10**6))
+        hold.go.set()
+        answer = repr(await task)
+        assert other
+        return [answer]
+
+    off = await _run(kind, tmp_path / "off.sqlite", monkeypatch, THRESHOLD, dry)
+    # b was written only in the second run: compare a and c, and the dry run's answer.
+    assert [off[0], off[1], off[3]] == [reference[0], reference[1], reference[3]]
