@@ -16,6 +16,7 @@ from app.api.render import encode_answer
 from app.service.idempotency import Idempotency
 from app.service.ledger import Ledger
 from app.service.limits import Limits
+from app.storage.by_age import ByAge
 from app.storage.sqlite import SqliteStore
 
 TTL_S = 60.0
@@ -42,5 +43,19 @@ async def test_a_key_dated_before_an_older_one_is_not_refused_after_the_sweep(
         # Expired: a retry may get the stored answer or run again, but not a refusal that
         # lasts until "first" expires too (ServiceUnavailable: "expired meanwhile; retry").
         await ledger.grant("a", 1, 1, 10**6, key("second"))
+        assert port._ids_held() == 2  # "first" and the new "second"
     finally:
         await ledger.close()
+
+
+def test_a_record_discarded_out_of_turn_is_passed_over() -> None:
+    records: ByAge[str, tuple[str, int]] = ByAge(lambda v: v[0])
+    a1, b, a2 = ("a", 1), ("b", 2), ("a", 3)
+    records.put(a1)
+    records.put(b)
+    assert records.discard("b", b)
+    assert not records.discard("b", b)  # gone already
+    records.put(a2)
+    assert not records.discard("a", a1)  # put again since: the newer record stays
+    assert records.pop_oldest(lambda v: v[1] < 10, 10) == ["a"]
+    assert len(records) == 0

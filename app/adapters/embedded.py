@@ -274,7 +274,8 @@ class EmbeddedPort:
     # -- Idempotency-Keys ------------------------------------------------------------------
 
     async def _stored_answer(self, scope: str, idempotency: Idempotency) -> Answer | None:
-        pending = self._keys.get((scope, idempotency.key))
+        k = (scope, idempotency.key)
+        pending = self._keys.get(k)
         if pending is None:
             return None
         if pending.record.fingerprint != idempotency.fingerprint:
@@ -284,7 +285,16 @@ class EmbeddedPort:
         body = record.body
         if body is None:
             body = await self._store.read_idempotency_body(record.scope, record.key)
-        if body is None:  # pruned from disk between the match and the read: rare, retryable
+        if body is None:
+            # Expired and deleted from the file while memory still holds it: memory forgets
+            # oldest first up to the first key not expired, the file every expired row, so
+            # after a wall clock stepped back a key dated before an older one can be here
+            # until that one expires (or the sweep deleted it during the read). Forgotten
+            # now, as the sweep would: the request runs as new, as for any expired key.
+            cutoff_s = self._wall_clock_s() - self._limits.idempotency_ttl_s
+            if record.created_at_s < cutoff_s and self._keys.discard(k, pending):
+                Tenants.add(self._scope_tenants(scope), "idempotency keys", -1)
+                return None
             raise ServiceUnavailable("the idempotency record expired meanwhile; retry")
         return Answer(record.status_code, body)
 

@@ -52,6 +52,14 @@ class ByAge(Generic[K, V]):
     def get(self, key: K) -> V | None:
         return self._records.get(key)
 
+    def discard(self, key: K, value: V) -> bool:
+        """Forget ``key`` if ``value`` is still its record (out of turn: its place in the
+        order is passed over when it comes up). Whether it was."""
+        if self._records.get(key) is not value:
+            return False
+        del self._records[key]
+        return True
+
     def put(self, value: V) -> None:
         """Hold ``value`` as the newest record (over any record of its key)."""
         self._records[self._key_of(value)] = value
