@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -293,3 +294,54 @@ async def test_a_late_dry_run_in_its_thread_changes_nothing_and_answers_as_in_pl
     off = await _run(kind, tmp_path / "off.sqlite", monkeypatch, THRESHOLD, dry)
     # b was written only in the second run: compare a and c, and the dry run's answer.
     assert [off[0], off[1], off[3]] == [reference[0], reference[1], reference[3]]
+
+
+async def test_postgres_a_late_write_failing_at_commit_after_the_swap_is_reloaded(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: the copy took the cached account's place, then the write's transaction
+    failed: the cache is dropped and the next write reloads what is committed. A write on
+    another account runs while a late write's replay is held in its thread (holding its
+    row lock). The answers and the account are those of the same writes in place."""
+    import asyncpg
+
+    from app.adapters.postgres import PostgresPort
+    from app.service.errors import ServiceUnavailable
+    from app.storage.postgres import PgTransaction, PostgresStore
+
+    server = request.getfixturevalue("postgres_url")
+
+    @contextlib.asynccontextmanager
+    async def pg_ledger(threshold: int) -> AsyncIterator[Ledger]:
+        monkeypatch.setattr("app.service.ledger.OFF_LOOP_REPLAYED_WRITES", threshold)
+        url = server.create_database(f"offloop_{uuid.uuid4().hex[:12]}")
+        limits = Limits()
+        port = PostgresPort(PostgresStore(url, 2, 10), limits)
+        async with _started(Ledger(port, encode_answer, limits)) as ledger:
+            await _provisional(ledger, "a")
+            yield ledger
+
+    async with pg_ledger(IN_PLACE) as ledger:
+        reference = [repr(await ledger.consume("a", 7, 500))]
+        reference.append(repr(await ledger.grant("a", 50, 700, 10**6)))
+        reference.append(repr(await _observed(ledger, "a")))
+
+    async with pg_ledger(THRESHOLD) as ledger:
+        write = PgTransaction.write
+
+        async def fails(self: PgTransaction, *args: Any) -> Any:
+            raise asyncpg.PostgresConnectionError("gone during the write")
+
+        monkeypatch.setattr(PgTransaction, "write", fails)
+        with pytest.raises(ServiceUnavailable):
+            await ledger.consume("a", 5, 450)  # off the loop, swapped in, then failed
+        monkeypatch.setattr(PgTransaction, "write", write)
+        hold = _Hold(monkeypatch, "consume", "a")
+        late = asyncio.create_task(ledger.consume("a", 7, 500))
+        await hold.wait_entered()
+        await ledger.grant("b", 5, 0, 10**6)  # another account meanwhile
+        hold.go.set()
+        off = [repr(await late)]
+        off.append(repr(await ledger.grant("a", 50, 700, 10**6)))
+        off.append(repr(await _observed(ledger, "a")))
+    assert off == reference
