@@ -20,7 +20,7 @@ import pytest
 from app.adapters.embedded import EmbeddedPort
 from app.api.render import encode_answer
 from app.service import journal
-from app.service.errors import AccountNotFound
+from app.service.errors import AccountNotFound, IdempotencyKeysFull
 from app.service.idempotency import Idempotency
 from app.service.ledger import Ledger, Replay
 from app.service.limits import Limits
@@ -345,3 +345,28 @@ async def test_postgres_a_late_write_failing_at_commit_after_the_swap_is_reloade
         off.append(repr(await ledger.grant("a", 50, 700, 10**6)))
         off.append(repr(await _observed(ledger, "a")))
     assert off == reference
+
+
+async def test_the_bound_on_keys_holds_while_a_keyed_late_write_runs_in_its_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The room for a new Idempotency-Key is checked before the write; while its replay
+    runs in the thread, another request takes the last of it. In place nothing runs in
+    between; off the loop the late write must be refused as it would be at that point,
+    not hold a key past the bound."""
+    monkeypatch.setattr("app.service.ledger.OFF_LOOP_REPLAYED_WRITES", THRESHOLD)
+    limits = Limits(max_idempotency_keys=2)
+    async with _started(_ledger("memory", tmp_path, limits)) as ledger:
+        await _provisional(ledger, "a")
+        await ledger.grant("b", 5, 0, 10**6, Idempotency("b0", "0" * 64))  # one of two
+        hold = _Hold(monkeypatch, "consume", "a")
+        late = asyncio.create_task(ledger.consume("a", 7, 500, KEY))
+        await hold.wait_entered()
+        await ledger.grant("b", 5, 1, 10**6, Idempotency("b1", "1" * 64))  # the last room
+        hold.go.set()
+        with pytest.raises(IdempotencyKeysFull):
+            await late
+        port = ledger.port
+        assert isinstance(port, EmbeddedPort)
+        assert port._ids_held() <= limits.max_idempotency_keys
+        _check_port(ledger)
