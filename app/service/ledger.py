@@ -316,7 +316,12 @@ class Ledger:
 
             try:
                 return await _journal_write(
-                    uow, account, timestamp, write, lambda: uow.live_room(account_id)
+                    uow,
+                    account,
+                    timestamp,
+                    write,
+                    lambda: uow.live_room(account_id),
+                    _key_scope(account_id, idempotency),
                 )
             except NoLiveRoom:
                 raise uow.live_quota_error(account_id) from None
@@ -337,7 +342,8 @@ class Ledger:
             def write(target: AccountState) -> tuple[Change, ConsumptionReceipt]:
                 return journal.consume(target, amount, timestamp, resource)
 
-            return await _journal_write(uow, account, timestamp, write)
+            key_scope = _key_scope(account_id, idempotency)
+            return await _journal_write(uow, account, timestamp, write, key_scope=key_scope)
 
         return await self._write("consume", account_id, idempotency, apply)
 
@@ -418,7 +424,9 @@ class Ledger:
                 def write(target: AccountState) -> tuple[Change, VoidReceipt]:
                     return journal.void(target, grant_id, timestamp, grant, voided)
 
-                change, receipt = await _journal_write(uow, account, timestamp, write)
+                change, receipt = await _journal_write(
+                    uow, account, timestamp, write, key_scope=_key_scope(account_id, idempotency)
+                )
                 key = None
                 if idempotency is not None:
                     key = self._key_record(account_id, idempotency, self._encode(receipt))
@@ -874,6 +882,11 @@ GrantRecord = tuple[GrantEntry | None, VoidEntry | None]  # a grant's entry, and
 _W = TypeVar("_W", GrantReceipt, ConsumptionReceipt, VoidReceipt)
 
 
+def _key_scope(account_id: str, idempotency: Idempotency | None) -> str | None:
+    """The scope of a single write's new Idempotency-Key (None: it has none)."""
+    return None if idempotency is None else account_id
+
+
 def _replays_much(account: AccountState, timestamp: int) -> bool:
     """Whether a write at ``timestamp`` would replay more than OFF_LOOP_REPLAYED_WRITES."""
     cost = account.timeline.replay_cost(timestamp)
@@ -886,6 +899,7 @@ async def _journal_write(
     timestamp: int,
     write: Callable[[AccountState], tuple[Change, _W]],
     live_room: Callable[[], int | None] | None = None,
+    key_scope: str | None = None,
 ) -> tuple[Change, _W]:
     """``write`` (a journal write) applied to ``account``, and the live grants it added or
     removed counted. A write that replays much (``_replays_much``) is applied to a copy of
@@ -898,12 +912,19 @@ async def _journal_write(
     ``live_room``: the room for more live grants outside the account (service, tenants),
     which ``write`` was given as it stood before; other accounts' writes may have taken
     some while the thread ran, so it is asked again before the copy is taken, and a write
-    that grew past it is refused (``NoLiveRoom``) as it would have been in place."""
+    that grew past it is refused (``NoLiveRoom``) as it would have been in place.
+
+    ``key_scope``: the scope of the write's new Idempotency-Key, if it has one. The room for
+    it was checked before (``_replay``), and other requests may have taken it while the
+    thread ran: checked again before the copy is taken, as it would be in place now (found
+    by review: the key was held past the bound)."""
     timeline = account.timeline  # its current tracker may be another after the write
     live_before = timeline.current.live_grant_count
     if _replays_much(account, timestamp):
         trial = AccountState(account.account_id, timeline.copy(), account.window)
         change, receipt = await asyncio.to_thread(write, trial)
+        if key_scope is not None:
+            uow.make_room_for_key(key_scope)
         grown = trial.timeline.current.live_grant_count - live_before
         room = None if live_room is None else live_room()
         if room is not None and grown > room:
