@@ -95,8 +95,8 @@ class Op:
 
     tag: str
     account_id: str
-    kind: str  # grant, consume, void
-    timestamp: int
+    kind: str  # grant, consume, void; balance (a read, in batches only)
+    timestamp: int | None
     amount: int = 0
     expiry: int = 0
     resources: list[str] | None = None
@@ -104,10 +104,16 @@ class Op:
     grant_id: int = 0
     # What came back: (status, body) answers for this op, from every attempt that answered.
     answers: list[tuple[int, JSON]] = field(default_factory=list)
+    batch: list[Op] | None = None  # the operations of its batch (a read's bounds)
 
     def batch_op(self) -> JSON:
-        body: JSON = {"op": self.kind, "account_id": self.account_id, "timestamp": self.timestamp}
-        if self.kind == "grant":
+        body: JSON = {"op": self.kind, "account_id": self.account_id}
+        if self.timestamp is not None:
+            body["timestamp"] = self.timestamp
+        if self.kind == "balance":
+            if self.resource is not None:
+                body["resource"] = self.resource
+        elif self.kind == "grant":
             body.update(amount=self.amount, expiry=self.expiry)
             if self.resources is not None:
                 body["resources"] = self.resources
@@ -206,6 +212,19 @@ class Load:
             return Op(tag, account_id, "void", max(0, granted_at - 1), grant_id=grant_id)
         return Op(tag, account_id, "void", max(ts, granted_at), grant_id=grant_id)
 
+    def draw_read(self, ops: list[Op]) -> Op:
+        """A balance read in a batch: at the clock, as of a time behind it (final or not,
+        among the batch's own late writes too), or a projection; in total or for a class."""
+        rng = self.rng
+        account_id = rng.choice([op.account_id for op in ops])
+        counter = self.counter[account_id]
+        timestamp = None
+        if rng.random() < 0.8:
+            timestamp = max(0, counter - rng.randint(-5, 3 * self.scenario.lag + 5))
+        resource = rng.choice([None, *CLASSES]) if self.scenario.classes else None
+        tag = f"{account_id}/read-{uuid.uuid4().hex[:12]}"
+        return Op(tag, account_id, "balance", timestamp, resource=resource)
+
     def draw(self) -> Request:
         rng = self.rng
         x = rng.random()
@@ -215,6 +234,10 @@ class Load:
             return Request("single", [self.draw_op()], key, twice=twice)
         ops = [self.draw_op() for _ in range(rng.randint(1, self.scenario.max_ops))]
         if x < 0.75:
+            for _ in range(rng.choice([0, 0, 1, 2])):  # reads among the writes
+                ops.insert(rng.randint(0, len(ops)), self.draw_read(ops))
+            for op in ops:
+                op.batch = ops
             return Request("batch", ops, key, atomic=rng.random() < 0.4, twice=twice)
         # A stream's ids are unique per account: tags are.
         return Request("events", ops, key, twice=twice)
@@ -250,7 +273,7 @@ class Load:
             else:  # refused whole: none applied
                 assert request.atomic or status == 422, (status, body)
                 for op in request.ops:
-                    op.answers.append((status, body))
+                    op.answers.append((status, {"batch_refused": True, **body}))
         else:
             assert status == 200, (status, content)
             results = [json.loads(line) for line in content.splitlines() if line.strip()]
@@ -263,14 +286,13 @@ class Load:
                     op.answers.append((result["status"], {"duplicate": True, **result["body"]}))
                 else:
                     op.answers.append((result["status"], result["body"]))
-            request.answered = all(op.answers for op in request.ops)
-            if not request.answered:  # resend only the lines without a result
-                pass
+            request.answered = all(op.answers for op in request.ops)  # else resend the rest
 
     def note_grants(self, request: Request) -> None:
         for op in request.ops:
             for status, body in op.answers:
                 if op.kind == "grant" and status == 201 and "grant_id" in body:
+                    assert op.timestamp is not None
                     self.grants[op.account_id].append((body["grant_id"], op.timestamp))
 
     async def client(self, http: httpx.AsyncClient) -> None:
@@ -333,6 +355,7 @@ async def resolve(load: Load, http: httpx.AsyncClient) -> int:
 
 
 def expected_answer(model: LateAccount, op: Op) -> JSON:
+    assert op.timestamp is not None, "writes have one"
     if op.kind == "grant":
         return model.grant(op.amount, op.timestamp, op.expiry, op.resources)
     if op.kind == "consume":
@@ -347,8 +370,11 @@ def check_account(
     writes, late writes and refusals."""
     acked: dict[int, Op] = {}
     refusals = 0
+    reads = [op for op in ops if op.kind == "balance"]
     for op in ops:
         assert op.answers, f"never answered: {op.describe()}"
+        if op.kind == "balance":
+            continue
         sequences = {b["sequence"] for s, b in op.answers if s == op.success}
         full = [b for s, b in op.answers if s == op.success and not b.get("duplicate")]
         assert len(sequences) <= 1, f"applied more than once: {op.describe()}"
@@ -365,10 +391,11 @@ def check_account(
         )
         acked[sequence] = op
     model = LateAccount(account_id, window)
+    snapshots = [model.copy()]  # after 0, 1, ... acknowledged writes
     late = 0
     for sequence in sorted(acked):
         op = acked[sequence]
-        late += op.timestamp < model.clock
+        late += op.timestamp is not None and op.timestamp < model.clock
         try:
             want: JSON | Refused = expected_answer(model, op)
         except Refused as refused:
@@ -386,8 +413,52 @@ def check_account(
                     f"{account_id}: an answer differs from the model's replay in sequence "
                     f"order\n  op:    {op.describe()}\n  model: {want}"
                 )
+        snapshots.append(model.copy())
     model.check_replay()
+    place = {sequence: index + 1 for index, sequence in enumerate(sorted(acked))}
+    for read in reads:
+        check_read(read, snapshots, place)
     return model, len(acked), late, refusals
+
+
+def check_read(read: Op, snapshots: Sequence[LateAccount], place: dict[int, int]) -> None:
+    """A balance read in a batch answered what the account was after some number of its
+    acknowledged writes: after its batch's writes to the account before it, and before
+    those after it (the batch holds the account throughout)."""
+    assert read.batch is not None
+    low, high = 0, len(snapshots) - 1
+    before = True
+    for op in read.batch:
+        if op is read:
+            before = False
+            continue
+        if op.account_id != read.account_id or op.kind == "balance":
+            continue
+        for status, body in op.answers:
+            if status == op.success:
+                at = place[body["sequence"]]
+                low, high = (max(low, at), high) if before else (low, min(high, at - 1))
+    for status, body in read.answers:
+        if body.get("batch_refused"):
+            continue  # an atomic batch refused whole: no read answered
+        if status == 422 and body["errors"][0]["type"] == "class_as_of":
+            continue  # a time this batch's own writes made final (README): read it after
+        assert status in (200, 404), read.describe()
+        shown = [_read(snapshots[i], read) for i in range(low, high + 1)]
+        got = [404, None] if status == 404 else [status, body]
+        assert status != 404 or body["type"].endswith(":account-not-found"), read.describe()
+        assert got in shown, (
+            f"{read.account_id}: a read in a batch fits no moment between its batch's writes "
+            f"(after {low} to {high} writes)\n  read: {read.describe()}\n"
+            f"  model there: {shown[:4]}"
+        )
+
+
+def _read(model: LateAccount, read: Op) -> list[Any]:
+    """What a balance read in a batch answers on ``model``: [status, body]."""
+    if not model.exists:
+        return [404, None]
+    return [200, model.read_balance(read.timestamp, read.resource)]
 
 
 @pytest.fixture(params=SCENARIOS, ids=[s.name for s in SCENARIOS])
@@ -519,7 +590,8 @@ def _changed_nothing(first: tuple[int, bytes]) -> bool:
     """A batch that changed nothing keeps no key: a resend is judged again."""
     status, content = first
     body: Any = json.loads(content)
-    return status == 200 and body["succeeded"] == 0
+    writes = [r for r in body["results"] if r["op"] != "balance" and r["status"] < 300]
+    return status == 200 and not writes
 
 
 # -- one process against two: the same writes, byte for byte ---------------------------------
