@@ -139,6 +139,11 @@ class Op:
     def success(self) -> int:
         return 201 if self.kind == "grant" else 200
 
+    def applied(self, status: int, body: JSON) -> bool:
+        """Whether an answer says the write is applied: its success, or a stream's
+        ``duplicate`` line (200 for every kind)."""
+        return status == self.success or (status == 200 and body.get("duplicate") is True)
+
     def describe(self) -> str:
         return f"{self.tag} {self.batch_op()} -> {self.answers}"
 
@@ -375,8 +380,8 @@ def check_account(
         assert op.answers, f"never answered: {op.describe()}"
         if op.kind == "balance":
             continue
-        sequences = {b["sequence"] for s, b in op.answers if s == op.success}
-        full = [b for s, b in op.answers if s == op.success and not b.get("duplicate")]
+        sequences = {b["sequence"] for s, b in op.answers if op.applied(s, b)}
+        full = [b for s, b in op.answers if op.applied(s, b) and not b.get("duplicate")]
         assert len(sequences) <= 1, f"applied more than once: {op.describe()}"
         assert len(full) <= 1 or all(b == full[0] for b in full), f"two answers: {op.describe()}"
         if not sequences:
@@ -401,7 +406,7 @@ def check_account(
         except Refused as refused:
             want = refused
         for status, body in op.answers:
-            if status != op.success:
+            if not op.applied(status, body):
                 continue
             if body.get("duplicate"):
                 assert isinstance(want, dict), f"{account_id}: {op.describe()}\n model: {want}"
@@ -435,7 +440,7 @@ def check_read(read: Op, snapshots: Sequence[LateAccount], place: dict[int, int]
         if op.account_id != read.account_id or op.kind == "balance":
             continue
         for status, body in op.answers:
-            if status == op.success:
+            if op.applied(status, body):
                 at = place[body["sequence"]]
                 low, high = (max(low, at), high) if before else (low, min(high, at - 1))
     for status, body in read.answers:
