@@ -76,16 +76,30 @@ class Scenario:
     clients: int = 8
     max_ops: int = 6  # operations per batch or stream
     pg_restarts: int = 0  # PostgreSQL itself stopped (immediate: a crash) and started
+    singles: float = 0.45  # the share of single requests; then batches up to ``batches``
+    batches: float = 0.75  # the rest are streams
 
 
 SCALE = float(os.environ.get("PG_ADVERSARIAL_SCALE", "1"))  # more requests to hunt longer
 SCENARIOS = [
-    Scenario("in-order", window=0, lag=0, classes=False, kills=0, requests=150),
+    Scenario("in-order", window=0, lag=0, classes=False, kills=0, requests=100),
     # Late writes within a window of 20, some too late; GPU classes; one process SIGKILLed.
-    Scenario("late-kills", window=20, lag=30, classes=True, kills=2, requests=200),
+    Scenario("late-kills", window=20, lag=30, classes=True, kills=2, requests=150),
     Scenario("pg-crash", window=20, lag=30, classes=True, kills=0, requests=150, pg_restarts=1),
     # Everything stays provisional, lines land far behind: streams cut chunks by replay cost.
-    Scenario("wide-window", window=10**6, lag=300, classes=True, kills=1, requests=60, max_ops=60),
+    Scenario("wide-window", window=10**6, lag=300, classes=True, kills=1, requests=40, max_ops=60),
+    # Long streams, often the same one through both processes at once, while they are killed.
+    Scenario(
+        "long-streams",
+        window=20,
+        lag=30,
+        classes=True,
+        kills=2,
+        requests=12,
+        max_ops=250,
+        singles=0.1,
+        batches=0.3,
+    ),
 ]
 
 
@@ -235,10 +249,10 @@ class Load:
         x = rng.random()
         key = uuid.uuid4().hex
         twice = rng.random() < 0.15
-        if x < 0.45:
+        if x < self.scenario.singles:
             return Request("single", [self.draw_op()], key, twice=twice)
         ops = [self.draw_op() for _ in range(rng.randint(1, self.scenario.max_ops))]
-        if x < 0.75:
+        if x < self.scenario.batches:
             for _ in range(rng.choice([0, 0, 1, 2])):  # reads among the writes
                 ops.insert(rng.randint(0, len(ops)), self.draw_read(ops))
             for op in ops:
@@ -602,8 +616,8 @@ def _changed_nothing(first: tuple[int, bytes]) -> bool:
 # -- one process against two: the same writes, byte for byte ---------------------------------
 
 TWIN_WINDOW = 10**9  # every write stays provisional until the bound of 10,000 folds the oldest
-TWIN_BULK = int(9_900 * SCALE)  # in batches and streams of 300 to 600
-TWIN_WRITES = TWIN_BULK + 160  # then small requests, singles too
+TWIN_BULK = int(10_050 * SCALE)  # in batches and streams of 300 to 600
+TWIN_WRITES = TWIN_BULK + 100  # then small requests, singles too
 
 
 def _twin_ops(rng: random.Random, counter: int, grants: int, n: int) -> tuple[list[JSON], int]:
@@ -721,7 +735,7 @@ async def test_one_process_and_two_give_the_same_answers_past_the_provisional_bo
         clock = counter
         for path, params in [("balance", {}), ("grants", {}), ("settings", {})] + [
             ("balance", {"timestamp": str(t), **({"resource": c} if c else {})})
-            for t in range(0, clock + 3, max(1, clock // 40))
+            for t in range(0, clock + 3, max(1, clock // 25))
             for c in (None, *CLASSES)
         ]:
             a = (await http.get(f"{urls[0]}/v1/accounts/twin-solo/{path}", params=params)).json()
