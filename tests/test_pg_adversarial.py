@@ -553,6 +553,13 @@ async def test_processes_agree_under_mixed_writes(
                 ops_by_account.setdefault(op.account_id, []).append(op)
         totals = [0, 0, 0]
         reads = 0
+        listed: dict[str, JSON] = {}  # the account list: existing accounts at their clock
+        for url in urls:
+            r = await http.get(f"{url}/v1/accounts", params={"prefix": "adv-", "limit": 1000})
+            assert r.status_code == 200, r.text
+            page = {item["account_id"]: item for item in r.json()["accounts"]}
+            assert not listed or page == listed, "the processes list different accounts"
+            listed = page
         for account_id in sorted(ops_by_account):
             model, writes, late, refusals = check_account(
                 account_id, ops_by_account[account_id], scenario.window
@@ -564,6 +571,7 @@ async def test_processes_agree_under_mixed_writes(
                 for index, (got, entry) in enumerate(zip(ledger, want, strict=False)):
                     assert got == entry, f"{account_id}: ledger entry {index}: {got} != {entry}"
                 assert len(ledger) == len(want), (account_id, len(ledger), len(want))
+            assert (account_id in listed) == model.exists, (account_id, listed.get(account_id))
             if not model.exists:
                 for url in urls:
                     r = await http.get(f"{url}/v1/accounts/{account_id}/balance")
@@ -574,6 +582,7 @@ async def test_processes_agree_under_mixed_writes(
                 assert r.status_code == 200, r.text
                 want_balance = model.read_balance()
                 assert r.json() == want_balance, (account_id, r.json(), want_balance)
+                assert listed[account_id] == want_balance, (account_id, listed[account_id])
                 r = await http.get(f"{url}/v1/accounts/{account_id}/grants")
                 assert r.status_code == 200, r.text
                 got_grants = r.json()
