@@ -78,6 +78,7 @@ class Scenario:
     pg_restarts: int = 0  # PostgreSQL itself stopped (immediate: a crash) and started
     singles: float = 0.45  # the share of single requests; then batches up to ``batches``
     batches: float = 0.75  # the rest are streams
+    env: tuple[tuple[str, str], ...] = ()  # more settings of both processes
 
 
 SCALE = float(os.environ.get("PG_ADVERSARIAL_SCALE", "1"))  # more requests to hunt longer
@@ -88,6 +89,16 @@ SCENARIOS = [
     Scenario("pg-crash", window=20, lag=30, classes=True, kills=0, requests=150, pg_restarts=1),
     # Everything stays provisional, lines land far behind: streams cut chunks by replay cost.
     Scenario("wide-window", window=10**6, lag=300, classes=True, kills=1, requests=40, max_ops=60),
+    # A cache of trackers so small that every unit of work evicts and reloads.
+    Scenario(
+        "tiny-cache",
+        window=20,
+        lag=30,
+        classes=True,
+        kills=0,
+        requests=120,
+        env=(("GPU_CREDITS_MAX_LIVE_GRANTS", "3"),),
+    ),
     # Long streams, often the same one through both processes at once, while they are killed.
     Scenario(
         "long-streams",
@@ -509,7 +520,7 @@ def cluster(
     scenario: Scenario, database: PostgresServer, tmp_path: Path
 ) -> Iterator[list[ServerProcess]]:
     database_url = database.create_database(f"adv_{uuid.uuid4().hex[:16]}")
-    env = {"GPU_CREDITS_LATENESS_WINDOW": str(scenario.window)}
+    env = {"GPU_CREDITS_LATENESS_WINDOW": str(scenario.window), **dict(scenario.env)}
     with started(postgres_processes(tmp_path, database_url, 2, env)) as servers:
         yield servers
 
