@@ -20,6 +20,7 @@ import pytest
 from app.adapters.embedded import EmbeddedPort
 from app.api.render import encode_answer
 from app.service import journal
+from app.service.commands import VoidOp
 from app.service.errors import AccountNotFound, IdempotencyKeysFull
 from app.service.idempotency import Idempotency
 from app.service.ledger import Ledger, Replay
@@ -370,3 +371,43 @@ async def test_the_bound_on_keys_holds_while_a_keyed_late_write_runs_in_its_thre
         assert isinstance(port, EmbeddedPort)
         assert port._ids_held() <= limits.max_idempotency_keys
         _check_port(ledger)
+
+
+@pytest.mark.parametrize("kind", ["void", "batch"])
+async def test_the_bound_on_keys_holds_across_a_void_s_grant_read(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyed void (alone or in a batch) reads its grant's stored entries after its key's
+    room was checked: other requests run meanwhile and may take the last of the room
+    (found by review). The room is checked again before anything changes: the void is
+    refused as it would have been had the other key come first, and changes nothing."""
+    limits = Limits(max_idempotency_keys=2)
+    ledger = Ledger(EmbeddedPort(MemoryStore(), limits, lambda: 1_000.0), encode_answer, limits)
+    await ledger.start()
+    try:
+        await ledger.grant("a", 10, 0, 10**6, Idempotency("k0", "0" * 64))  # one of two
+        before = await ledger.balance("a", None)
+        reading, go = asyncio.Event(), asyncio.Event()
+        read = MemoryStore.read_grant_entry
+
+        async def held(self: MemoryStore, account_id: str, grant_id: int) -> Any:
+            reading.set()
+            await go.wait()
+            return await read(self, account_id, grant_id)
+
+        monkeypatch.setattr(MemoryStore, "read_grant_entry", held)
+        key = Idempotency("k-void", "1" * 64)
+        voiding: asyncio.Task[Any]
+        if kind == "void":
+            voiding = asyncio.create_task(ledger.void("a", 1, 5, key))
+        else:
+            op = VoidOp("a", 1, 5)
+            voiding = asyncio.create_task(ledger.batch([op], False, key))
+        await reading.wait()
+        await ledger.grant("b", 1, 0, 10**6, Idempotency("k-b", "2" * 64))  # the last room
+        go.set()
+        with pytest.raises(IdempotencyKeysFull):
+            await voiding
+        assert await ledger.balance("a", None) == before
+    finally:
+        await ledger.close()

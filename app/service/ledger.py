@@ -420,6 +420,8 @@ class Ledger:
                 if account is None:
                     raise AccountNotFound(account_id)
                 grant, voided = await _grant_record(uow, account, grant_id)
+                if idempotency is not None:  # other requests ran during the read
+                    uow.make_room_for_key(account_id)
 
                 def write(target: AccountState) -> tuple[Change, VoidReceipt]:
                     return journal.void(target, grant_id, timestamp, grant, voided)
@@ -484,6 +486,10 @@ class Ledger:
             _check_replay_cost(operations, held, self._limits, atomic)
             baselines = await _balance_baselines(operations, held, uow.history)
             records = await _grant_records(operations, held, uow)
+            if idempotency is not None:
+                # Other requests ran during the reads and may have taken the room for the
+                # key (found by review): checked again before anything changes.
+                uow.make_room_for_key(scope)
             outcome, changes = self._apply_batch(uow, operations, atomic, held, baselines, records)
             key = None
             if idempotency is not None and changes:
