@@ -571,9 +571,8 @@ _NO_ROWS: Final = "[]"
 # meanwhile go between slices. 10^6 expired keys deleted in one statement held the writer
 # 3.9 to 4.7 s, every write waiting for it; by slices of 5,000 rows in key order, 35 ms each
 # on average (0.23 to 0.27 s for one that checkpoints the WAL), 6 to 7 s in all. In key
-# order, not by age: rows
-# made one after the other belong to many accounts, so a slice by age writes a page for
-# nearly every row (16 s in all, as many pages as rows).
+# order, not by age: rows made one after the other belong to many accounts, so a slice by
+# age writes a page for nearly every row (16 s in all, as many pages as rows).
 PRUNE_ROWS_PER_SLICE: Final = 5_000
 # (the last key of the next slice, the expired rows up to it, the expired rows after a key)
 PruneStatements = tuple[str, str, str]
