@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from app.main import create_app
 from app.settings import Settings
 from tests.support.app_runner import make_settings, running
 from tests.support.pg_pool import DatabasePool
-from tests.support.pg_server import PostgresServer, PostgresUnavailable, start_postgres
+from tests.support.pg_server import PostgresServer, start_postgres_or_skip
 from tests.support.server_process import ServerProcess
 
 BACKENDS = ("memory", "sqlite", "postgres")
@@ -100,12 +99,7 @@ def postgres_url() -> Iterator[PostgresServer]:
     """A throwaway PostgreSQL 15 server for the whole session (``tests.support.pg_server``): its
     ``url`` is a default database, ``create_database(name)`` makes an empty one and returns
     its URL. Skips only when the binaries are not installed, and never in CI (CI=true)."""
-    try:
-        server = start_postgres()
-    except PostgresUnavailable as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but PostgreSQL is not installed: {exc}")
-        pytest.skip(str(exc))
+    server = start_postgres_or_skip()
     try:
         yield server
     finally:

@@ -61,7 +61,7 @@ import pytest
 
 from tests.support.api import whole_ledger
 from tests.support.late_model import JSON, LateAccount, Refused
-from tests.support.pg_server import PostgresServer, PostgresUnavailable, start_postgres
+from tests.support.pg_server import PostgresServer, start_postgres_or_skip
 from tests.support.server_process import ServerProcess, postgres_processes, started
 
 SEED = int(os.environ.get("PG_ADVERSARIAL_SEED", "20261202"))
@@ -510,12 +510,7 @@ def database(scenario: Scenario, request: pytest.FixtureRequest) -> Iterator[Pos
     if not scenario.pg_restarts:
         yield request.getfixturevalue("postgres_url")
         return
-    try:
-        own = start_postgres()
-    except PostgresUnavailable as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but PostgreSQL is not installed: {exc}")
-        pytest.skip(str(exc))
+    own = start_postgres_or_skip()
     try:
         yield own
     finally:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import time
 import uuid
 from collections import Counter
@@ -36,7 +35,7 @@ from typing import Any, Literal
 import httpx
 import pytest
 
-from tests.support.pg_server import PostgresServer, PostgresUnavailable, start_postgres
+from tests.support.pg_server import PostgresServer, start_postgres_or_skip
 from tests.support.server_process import ServerProcess
 
 TEST_TIMEOUT_S = 60  # the whole test: PostgreSQL and service start included
@@ -122,18 +121,9 @@ def _loop_time(monotonic_deadline: float) -> float:
     return asyncio.get_running_loop().time() + (monotonic_deadline - time.monotonic())
 
 
-def _start_own_postgres() -> PostgresServer:
-    try:
-        return start_postgres()
-    except PostgresUnavailable as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but PostgreSQL is not installed: {exc}")
-        pytest.skip(str(exc))
-
-
 @pytest.fixture
 def own_postgres() -> Iterator[PostgresServer]:
-    server = _start_own_postgres()
+    server = start_postgres_or_skip()
     try:
         yield server
     finally:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import pytest
+
 from tests.support.server_process import free_port
 
 FALLBACK_BINDIR = Path("/usr/lib/postgresql/15/bin")
@@ -315,3 +317,14 @@ def start_postgres() -> PostgresServer:
         server.stop()
         raise
     return server
+
+
+def start_postgres_or_skip() -> PostgresServer:
+    """``start_postgres`` for a test or fixture: skips it when the binaries are not
+    installed, and fails it instead in CI (CI=true), where PostgreSQL must be there."""
+    try:
+        return start_postgres()
+    except PostgresUnavailable as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but PostgreSQL is not installed: {exc}")
+        pytest.skip(str(exc))
