@@ -381,6 +381,26 @@ class _Scopes:
             dead = 0
         self.class_dead[resource] = dead
 
+    def copy(self) -> _Scopes:
+        """The live entries, each copied once, in heaps of the same classes, with no debt's
+        use of a class (the tracker's copy adds its debts after). What ``add`` of each
+        entry's copy would make, built a heap at a time: a class's heap is a filtered copy
+        heapified in C, not one push per class an entry lists (9,990 grants of 16 classes:
+        160,000 pushes, about 40 ms a copy, which a late write off the loop makes on it)."""
+        twin = _Scopes()
+        copied = {id(e): [*e] for e in self.entries(None)}  # id of a live entry -> its copy
+        for resource, heap in self.class_heaps.items():
+            twin_heap = [copied[id(e)] for e in heap if e[4]]
+            heapq.heapify(twin_heap)
+            twin.class_heaps[resource] = twin_heap
+            twin.class_dead[resource] = 0
+            twin.class_available[resource] = self.class_available[resource]
+            twin.in_use[resource] = 1  # a live grant lists it (a heap is dropped when none)
+        twin.available = self.available
+        twin.live = len(copied)
+        assert twin.live == self.live, "live scoped grants miscounted"
+        return twin
+
     def entries(self, resource: str | None) -> list[_Entry]:
         """The live scoped entries listing ``resource``, or all of them (each once)."""
         if resource is not None:
@@ -950,9 +970,7 @@ class GPUCreditTracker:
         twin._next_expiry = self._next_expiry
         twin._reordered = self._reordered
         if self._scopes is not None:
-            scopes = twin._scopes = _Scopes()
-            for entry in self._scopes.entries(None):
-                scopes.add([*entry])
+            twin._scopes = self._scopes.copy()
         for item in self.debts():
             twin._add_debt(item.resource, item.amount)
         assert twin._debt == self._debt
