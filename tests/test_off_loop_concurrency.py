@@ -20,7 +20,7 @@ import pytest
 from app.adapters.embedded import EmbeddedPort
 from app.api.render import encode_answer
 from app.service import journal
-from app.service.commands import VoidOp
+from app.service.commands import BalanceOp, GrantOp, Operation, VoidOp
 from app.service.errors import AccountNotFound, IdempotencyKeysFull
 from app.service.idempotency import Idempotency
 from app.service.ledger import Ledger, Replay
@@ -408,6 +408,40 @@ async def test_the_bound_on_keys_holds_across_a_void_s_grant_read(
         go.set()
         with pytest.raises(IdempotencyKeysFull):
             await voiding
+        assert await ledger.balance("a", None) == before
+    finally:
+        await ledger.close()
+
+
+async def test_the_bound_on_keys_holds_across_a_batch_s_balance_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A keyed batch that reads a past balance (``_balance_baselines``: a store read) and then
+    grants: the room for its key is checked again after the read, as after a void's (the
+    same check covers both reads). Refused, it changes nothing."""
+    limits = Limits(max_idempotency_keys=2)
+    ledger = Ledger(EmbeddedPort(MemoryStore(), limits, lambda: 1_000.0), encode_answer, limits)
+    await ledger.start()
+    try:
+        await ledger.grant("a", 10, 0, 10**6, Idempotency("k0", "0" * 64))  # one of two
+        await ledger.grant("a", 10, 5, 10**6)
+        before = await ledger.balance("a", None)
+        reading, go = asyncio.Event(), asyncio.Event()
+        read = MemoryStore.read_totals_at
+
+        async def held(self: MemoryStore, account_id: str, timestamp: int) -> Any:
+            reading.set()
+            await go.wait()
+            return await read(self, account_id, timestamp)
+
+        monkeypatch.setattr(MemoryStore, "read_totals_at", held)
+        ops: list[Operation] = [BalanceOp("a", 2), GrantOp("a", 3, 6, 10**6)]
+        batch = asyncio.create_task(ledger.batch(ops, False, Idempotency("k-batch", "1" * 64)))
+        await reading.wait()
+        await ledger.grant("b", 1, 0, 10**6, Idempotency("k-b", "2" * 64))  # the last room
+        go.set()
+        with pytest.raises(IdempotencyKeysFull):
+            await batch
         assert await ledger.balance("a", None) == before
     finally:
         await ledger.close()
