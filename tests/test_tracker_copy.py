@@ -61,6 +61,7 @@ def _shape(t: GPUCreditTracker) -> dict[str, Any]:
     if s is None:
         out["scopes"] = None
     else:
+        members = {c: {id(e) for e in h} for c, h in s.class_heaps.items()}
         out["scopes"] = {
             "heaps": {c: sorted(tuple(e) for e in h) for c, h in s.class_heaps.items()},
             "dead": dict(s.class_dead),
@@ -70,7 +71,7 @@ def _shape(t: GPUCreditTracker) -> dict[str, Any]:
             "live": s.live,
             # Each live grant is one entry shared by the heaps of its classes.
             "shared": sorted(
-                (e[3], tuple(sorted(c for c, h in s.class_heaps.items() if any(x is e for x in h))))
+                (e[3], tuple(sorted(c for c, ids in members.items() if id(e) in ids)))
                 for e in s.entries(None)
             ),
         }
@@ -202,7 +203,7 @@ def _random_op(rng: random.Random, names: list[str], grants_only: bool) -> tuple
     return (kind, dt, resource)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(8))
 def test_copy_matches_the_copy_built_by_add_on_long_histories(seed: int) -> None:
     """Hundreds of grants: class heaps of dozens of entries, dead entries (a grant used up or
     voided through one class stays dead in the others' heaps), debt of classes, the limit."""
