@@ -373,29 +373,36 @@ async def test_the_bound_on_keys_holds_while_a_keyed_late_write_runs_in_its_thre
         _check_port(ledger)
 
 
+def _hold_store_read(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """MemoryStore's read ``name`` made to wait: the first event is set once a read has
+    begun, and the read goes on once the second one is set."""
+    reading, go = asyncio.Event(), asyncio.Event()
+    read = getattr(MemoryStore, name)
+
+    async def held(self: MemoryStore, *args: Any) -> Any:
+        reading.set()
+        await go.wait()
+        return await read(self, *args)
+
+    monkeypatch.setattr(MemoryStore, name, held)
+    return reading, go
+
+
 @pytest.mark.parametrize("kind", ["void", "batch"])
 async def test_the_bound_on_keys_holds_across_a_void_s_grant_read(
-    kind: str, monkeypatch: pytest.MonkeyPatch
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A keyed void (alone or in a batch) reads its grant's stored entries after its key's
     room was checked: other requests run meanwhile and may take the last of the room
     (found by review). The room is checked again before anything changes: the void is
     refused as it would have been had the other key come first, and changes nothing."""
     limits = Limits(max_idempotency_keys=2)
-    ledger = Ledger(EmbeddedPort(MemoryStore(), limits, lambda: 1_000.0), encode_answer, limits)
-    await ledger.start()
-    try:
+    async with _started(_ledger("memory", tmp_path, limits)) as ledger:
         await ledger.grant("a", 10, 0, 10**6, Idempotency("k0", "0" * 64))  # one of two
         before = await ledger.balance("a", None)
-        reading, go = asyncio.Event(), asyncio.Event()
-        read = MemoryStore.read_grant_entry
-
-        async def held(self: MemoryStore, account_id: str, grant_id: int) -> Any:
-            reading.set()
-            await go.wait()
-            return await read(self, account_id, grant_id)
-
-        monkeypatch.setattr(MemoryStore, "read_grant_entry", held)
+        reading, go = _hold_store_read(monkeypatch, "read_grant_entry")
         key = Idempotency("k-void", "1" * 64)
         voiding: asyncio.Task[Any]
         if kind == "void":
@@ -409,32 +416,20 @@ async def test_the_bound_on_keys_holds_across_a_void_s_grant_read(
         with pytest.raises(IdempotencyKeysFull):
             await voiding
         assert await ledger.balance("a", None) == before
-    finally:
-        await ledger.close()
 
 
 async def test_the_bound_on_keys_holds_across_a_batch_s_balance_read(
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A keyed batch that reads a past balance (``_balance_baselines``: a store read) and then
     grants: the room for its key is checked again after the read, as after a void's (the
     same check covers both reads). Refused, it changes nothing."""
     limits = Limits(max_idempotency_keys=2)
-    ledger = Ledger(EmbeddedPort(MemoryStore(), limits, lambda: 1_000.0), encode_answer, limits)
-    await ledger.start()
-    try:
+    async with _started(_ledger("memory", tmp_path, limits)) as ledger:
         await ledger.grant("a", 10, 0, 10**6, Idempotency("k0", "0" * 64))  # one of two
         await ledger.grant("a", 10, 5, 10**6)
         before = await ledger.balance("a", None)
-        reading, go = asyncio.Event(), asyncio.Event()
-        read = MemoryStore.read_totals_at
-
-        async def held(self: MemoryStore, account_id: str, timestamp: int) -> Any:
-            reading.set()
-            await go.wait()
-            return await read(self, account_id, timestamp)
-
-        monkeypatch.setattr(MemoryStore, "read_totals_at", held)
+        reading, go = _hold_store_read(monkeypatch, "read_totals_at")
         ops: list[Operation] = [BalanceOp("a", 2), GrantOp("a", 3, 6, 10**6)]
         batch = asyncio.create_task(ledger.batch(ops, False, Idempotency("k-batch", "1" * 64)))
         await reading.wait()
@@ -443,5 +438,3 @@ async def test_the_bound_on_keys_holds_across_a_batch_s_balance_read(
         with pytest.raises(IdempotencyKeysFull):
             await batch
         assert await ledger.balance("a", None) == before
-    finally:
-        await ledger.close()
