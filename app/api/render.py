@@ -72,6 +72,8 @@ _BATCH_ITEM_JSON: TypeAdapter[_BatchItem] = TypeAdapter(_BatchItem)
 # A grant's and a consumption's item up to its body (``_BatchItem``'s field order).
 _GRANT_ITEM: Final = b'{"op":"grant","status":%d,"body":' % GRANT_STATUS
 _CONSUME_ITEM: Final = b'{"op":"consume","status":%d,"body":' % CONSUME_STATUS
+_NEXT_GRANT_ITEM: Final = b"," + _GRANT_ITEM
+_NEXT_CONSUME_ITEM: Final = b"," + _CONSUME_ITEM
 
 
 def grant(receipt: GrantReceipt) -> bytes:
@@ -152,7 +154,11 @@ def batch(outcome: BatchOutcome) -> bytes:
     through ``_BatchItem``. Byte for byte what dumping a ``_BatchBody`` whole gives
     (tests/test_batch.py holds the two together)."""
     assert outcome.failed_index is None
-    parts: list[bytes] = []
+    # Each item as its pieces, each led by a comma (the first one's is cut off below), all
+    # joined once at the end: 1.0 against 1.4 us an item when each item was concatenated
+    # first (a 10,000-operation batch).
+    pieces: list[bytes] = [b""]  # the head, once the counts are known
+    add = pieces.append
     failed = 0
     # The serializers themselves: TypeAdapter.dump_json only passes its defaults on to them,
     # 0.3 us of Python per receipt (the same bytes: tests/test_batch.py).
@@ -160,9 +166,13 @@ def batch(outcome: BatchOutcome) -> bytes:
     dump_consumption = _CONSUME_JSON.serializer.to_json
     for op, result in zip(outcome.operations, outcome.results, strict=True):
         if type(result) is GrantReceipt:
-            parts.append(_GRANT_ITEM + dump_grant(result) + b"}")
+            add(_NEXT_GRANT_ITEM)
+            add(dump_grant(result))
+            add(b"}")
         elif type(result) is ConsumptionReceipt:
-            parts.append(_CONSUME_ITEM + dump_consumption(result) + b"}")
+            add(_NEXT_CONSUME_ITEM)
+            add(dump_consumption(result))
+            add(b"}")
         else:
             name, status = _name_and_status(op)
             if isinstance(result, Exception):
@@ -171,10 +181,14 @@ def batch(outcome: BatchOutcome) -> bytes:
                 item = _BatchItem(name, described.kind.status, described.body())
             else:
                 item = _BatchItem(name, status, result)
-            parts.append(_BATCH_ITEM_JSON.dump_json(item))
-    succeeded = len(parts) - failed
-    head = b'{"succeeded":%d,"failed":%d,"results":[' % (succeeded, failed)
-    return head + b",".join(parts) + b"]}"
+            add(b",")
+            add(_BATCH_ITEM_JSON.dump_json(item))
+    if len(pieces) > 1:
+        pieces[1] = pieces[1][1:]  # the first item's comma
+    succeeded = len(outcome.results) - failed
+    pieces[0] = b'{"succeeded":%d,"failed":%d,"results":[' % (succeeded, failed)
+    add(b"]}")
+    return b"".join(pieces)
 
 
 def encode_answer(

