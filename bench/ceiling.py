@@ -207,10 +207,14 @@ def measure(ops: int = 1000, rounds: int = 30) -> float:
     return ops / best_s
 
 
-def measure_grown(ops: int, entries_before: int, entries: int) -> float:
+def measure_grown(
+    ops: int, entries_before: int, entries: int, make: Callable[[Path], _Variant] | None = None
+) -> float:
     """Operations per second of the ceiling, sustained, on a file grown as a server's: first
     ``entries_before`` operations are written (not timed), then ``entries`` more are timed
-    as a whole (every batch, no best-of), with the service writer's pragmas.
+    as a whole (every batch, no best-of), with the service writer's pragmas. ``make``: another
+    variant of the decomposition below instead (``SchemaCeiling``: the service's own rows
+    and schema), grown and timed the same way.
 
     The best-of ``measure`` keeps its table tiny, while the server it is compared with has
     a file that holds every operation of the run so far; each batch touches every one of
@@ -219,7 +223,8 @@ def measure_grown(ops: int, entries_before: int, entries: int) -> float:
     measurement."""
     body = batch_body(ops)
     with tempfile.TemporaryDirectory() as tmp:
-        ceiling = Ceiling(Path(tmp) / "ceiling.sqlite", service_pragmas=True)
+        path = Path(tmp) / "ceiling.sqlite"
+        ceiling = Ceiling(path, service_pragmas=True) if make is None else make(path)
         try:
             ceiling.batch(batch_body(2 * ACCOUNTS))
             for _ in range(entries_before // ops):
