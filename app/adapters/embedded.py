@@ -254,9 +254,14 @@ class EmbeddedPort:
         if slot.users == 0 and not slot.state.exists:
             # Made for requests that failed or only read: nobody is waiting on it.
             del self._slots[account_id]
-            if slot.counted:
-                self._accounts -= 1
-                Tenants.add(self._tenants.of_account(account_id), "accounts", -1)
+            self._uncount_new_account(account_id, slot)
+
+    def _uncount_new_account(self, account_id: str, slot: _Slot) -> None:
+        assert not slot.state.exists, "only an account nothing was recorded on"
+        if slot.counted:
+            slot.counted = False
+            self._accounts -= 1
+            Tenants.add(self._tenants.of_account(account_id), "accounts", -1)
 
     def _count_new_account(self, account_id: str, slot: _Slot) -> None:
         if slot.counted:
@@ -658,6 +663,9 @@ class _EmbeddedUnitOfWork:
         assert not slot.state.exists
         self._port._count_new_account(account_id, slot)
         return slot.state
+
+    def forget_new(self, account_id: str) -> None:
+        self._port._uncount_new_account(account_id, self._slots[account_id])
 
     def live_room(self, account_id: str) -> int | None:
         return self._port._live_room(account_id)

@@ -412,7 +412,7 @@ class _PgUnitOfWork:
         # Rows inserted for accounts this unit may create, locked so that no other process
         # can create them meanwhile; those no committed change writes are removed again.
         self._placeholders: dict[str, RowState] = {}
-        self._created: list[str] = []
+        self._created: dict[str, None] = {}  # in creation order; a set that keeps it
         self._account_budget = 0  # accounts the service may still create
         self._tenant_room: dict[str, int] = {}  # tenant prefix -> accounts it may create
         self._settled = False
@@ -481,9 +481,15 @@ class _PgUnitOfWork:
                 raise QuotaExceeded(tenant.prefix, "accounts", tenant.quota.max_accounts)
         for tenant in tenants:
             self._tenant_room[tenant.prefix] -= 1
-        self._created.append(account_id)
+        self._created[account_id] = None
         state = self._slots[account_id].state = self._port._fresh(account_id)
         return state
+
+    def forget_new(self, account_id: str) -> None:
+        assert not self._slots[account_id].state.exists, "only an account nothing was recorded on"
+        del self._created[account_id]
+        for tenant in self._port._tenants.of_account(account_id):
+            self._tenant_room[tenant.prefix] += 1
 
     # Live grants are the database's here; the process's cache is bounded instead.
     def live_room(self, account_id: str) -> int | None:

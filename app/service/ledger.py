@@ -614,6 +614,7 @@ class Ledger:
         for index, op in enumerate(operations):
             account_id = op.account_id
             room_taken = False
+            created: AccountState | None = None
             try:
                 if event_ids:
                     uow.take_event_room(account_id)
@@ -622,7 +623,7 @@ class Ledger:
                 if account is None:
                     if isinstance(op, BalanceOp):
                         raise AccountNotFound(account_id)
-                    account = accounts[account_id] = uow.create(account_id)
+                    account = accounts[account_id] = created = uow.create(account_id)
                 if atomic and account_id not in saved:
                     saved[account_id] = (account.timeline.copy(), account.window)
                 receipt: GrantReceipt | ConsumptionReceipt | VoidReceipt
@@ -672,6 +673,13 @@ class Ledger:
             except (LedgerError, ServiceError) as exc:
                 if room_taken:
                     uow.give_back_event_room(account_id)
+                if created is not None and not created.exists and not atomic:
+                    # Refused on the account it would have made (a live-grant quota, say):
+                    # forgotten now, as a single request's account is when it ends, so the
+                    # operations after it find its place in the account bounds free (found
+                    # by an adversarial test: a later new account was refused).
+                    del accounts[account_id]
+                    uow.forget_new(account_id)
                 if atomic:
                     for saved_id, (timeline, window) in saved.items():
                         current = accounts[saved_id]

@@ -68,6 +68,12 @@ class UnitOfWork(Protocol):
         past a bound). It is forgotten again unless a committed change writes it."""
         ...
 
+    def forget_new(self, account_id: str) -> None:
+        """Forget at once an account ``create`` made that nothing was recorded on (its write
+        was refused), giving its place in the account bounds back for the rest of the unit
+        of work; ``create`` may make it again."""
+        ...
+
     def live_room(self, account_id: str) -> int | None:
         """How many more live grants the bounds across accounts allow this account now
         (None: no such bound here)."""
