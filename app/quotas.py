@@ -85,6 +85,12 @@ class Tenants:
         count: Callable[[str], Usage],
     ) -> None:
         assert "" not in quotas, "an unrestricted key is no tenant"
+        # First, since ``count`` reads it. A key id's prefix never changes, and one revoked
+        # stays known: the batch Idempotency-Keys it sent are held until their retention
+        # ends and are then given back to its tenants (found by an adversarial test: they
+        # were given back to none, a place taken for good). One entry per key id this
+        # process has seen in the key file.
+        self._prefix_of_key = {**self._prefix_of_key, **prefix_of_key}
         tenants: dict[str, Tenant] = {}
         for prefix, quota in quotas.items():
             known = self._by_prefix.get(prefix)
@@ -92,7 +98,6 @@ class Tenants:
             tenants[prefix] = Tenant(prefix, quota, usage)
         self._by_prefix = tenants
         self._lengths = tuple(sorted({len(p) for p in tenants}))
-        self._prefix_of_key = {k: p for k, p in prefix_of_key.items() if p in tenants}
 
     def of_account(self, account_id: str) -> tuple[Tenant, ...]:
         if not self._lengths:
@@ -105,9 +110,14 @@ class Tenants:
         ]
         return tuple(found) if found else _NONE
 
+    def prefix_of_api_key(self, key_id: str) -> str | None:
+        return self._prefix_of_key.get(key_id)
+
     def of_api_key(self, key_id: str) -> tuple[Tenant, ...]:
+        """The tenants a key restricted to a prefix counts against: its prefix's and every
+        enclosing one's, as for an account under that prefix (nested prefixes each count)."""
         prefix = self._prefix_of_key.get(key_id)
-        return _NONE if prefix is None else (self._by_prefix[prefix],)
+        return _NONE if prefix is None else self.of_account(prefix)
 
     @staticmethod
     def tightest(tenants: tuple[Tenant, ...], resource: Resource) -> Tenant | None:

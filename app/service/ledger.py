@@ -621,7 +621,9 @@ class Ledger:
                     room_taken = True
                 account = accounts.get(account_id)
                 if account is None:
-                    if isinstance(op, BalanceOp):
+                    if isinstance(op, BalanceOp | VoidOp):
+                        # Before making it, as the single endpoints answer: 404, even with
+                        # the account bounds full (found by an adversarial test: 409).
                         raise AccountNotFound(account_id)
                     account = accounts[account_id] = created = uow.create(account_id)
                 if atomic and account_id not in saved:
