@@ -502,12 +502,9 @@ class _PgUnitOfWork:
         return None
 
     async def history(self, read: AsOfRead) -> BalanceView:
-        if read.resource is None:
-            totals = await self._tx.read_totals_at(read.account_id, read.timestamp)
-            return journal.as_of_view(read, *totals)
-        # The account's row is locked by this transaction, so nothing commits to it meanwhile:
-        # a read from the pool sees what the transaction sees.
-        return await as_of(self._port._pg, read)
+        # On the transaction's own connection, never a second one from the pool (see
+        # PgTransaction.read_replay).
+        return await as_of(self._tx, read)
 
     async def grant_record(
         self, account_id: str, grant_id: int
