@@ -461,9 +461,7 @@ class PgTransaction:
         that asked the pool for a second one while holding this one could wait for ever
         once every connection was held so (found by an adversarial test: a batch's class
         balance read before the clock hung with a pool of one, or 60 such batches with 20)."""
-        checkpoint = await _read_checkpoint(self._conn, account_id, timestamp)
-        after = None if checkpoint is None else checkpoint.position
-        return checkpoint, await _read_writes(self._conn, account_id, after, timestamp, limit)
+        return await _read_replay(self._conn, account_id, timestamp, limit)
 
     async def read_grant_record(
         self, account_id: str, grant_id: int
@@ -805,9 +803,7 @@ class PostgresStore:
         self, account_id: str, timestamp: int, limit: int
     ) -> tuple[Checkpoint | None, list[WriteEntry]]:
         async with self._connection() as conn, conn.transaction(isolation="repeatable_read"):
-            checkpoint = await _read_checkpoint(conn, account_id, timestamp)
-            after = None if checkpoint is None else checkpoint.position
-            return checkpoint, await _read_writes(conn, account_id, after, timestamp, limit)
+            return await _read_replay(conn, account_id, timestamp, limit)
 
     async def read_replay_of_account(
         self, account_id: str, timestamp: int, limit: int
@@ -823,9 +819,7 @@ class PostgresStore:
             )
             if row is None:
                 return None, None, []
-            checkpoint = await _read_checkpoint(conn, account_id, timestamp)
-            after = None if checkpoint is None else checkpoint.position
-            writes = await _read_writes(conn, account_id, after, timestamp, limit)
+            checkpoint, writes = await _read_replay(conn, account_id, timestamp, limit)
             return _state(row), checkpoint, writes
 
     async def read_checkpoint(self, account_id: str, timestamp: int) -> Checkpoint | None:
@@ -979,6 +973,16 @@ async def _entries_of(found: list[asyncpg.Record]) -> list[Entry]:
     if len(found) <= _ENTRIES_DECODED_ON_LOOP:
         return [_entry(r) for r in found]
     return await asyncio.to_thread(lambda: [_entry(r) for r in found])
+
+
+async def _read_replay(
+    conn: Connection, account_id: str, timestamp: int, limit: int
+) -> tuple[Checkpoint | None, list[WriteEntry]]:
+    """The account's nearest checkpoint at or before ``timestamp`` and up to ``limit`` writes
+    after it to ``timestamp``, for a class's as-of replay."""
+    checkpoint = await _read_checkpoint(conn, account_id, timestamp)
+    after = None if checkpoint is None else checkpoint.position
+    return checkpoint, await _read_writes(conn, account_id, after, timestamp, limit)
 
 
 async def _read_checkpoint(conn: Connection, account_id: str, timestamp: int) -> Checkpoint | None:
