@@ -12,18 +12,11 @@ import httpx
 import pytest
 
 from app.api.auth import AuthFailureLog
+from tests.support.clock import ManualClock
 from tests.support.server_process import ServerProcess
 from tests.test_security import create_key
 
 LOG_WAIT_S = 10.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now_s = 1000.0
-
-    def __call__(self) -> float:
-        return self.now_s
 
 
 def _failure_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -33,7 +26,7 @@ def _failure_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_each_failure_is_logged_with_key_id_and_client_never_the_secret(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    log = AuthFailureLog(max_lines=10, window_s=10.0, monotonic_s=FakeClock())
+    log = AuthFailureLog(max_lines=10, window_s=10.0, monotonic_s=ManualClock())
     secret = "s3cr3t-value-that-must-not-leak"
     with caplog.at_level(logging.WARNING, logger="app.auth"):
         log.record("unknown key", f"Bearer gck_0123456789ab_{secret}", "10.1.2.3:5555")
@@ -52,7 +45,7 @@ def test_each_failure_is_logged_with_key_id_and_client_never_the_secret(
 
 
 def test_a_flood_is_capped_per_window_and_summarised(caplog: pytest.LogCaptureFixture) -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     log = AuthFailureLog(max_lines=10, window_s=10.0, monotonic_s=clock)
     with caplog.at_level(logging.WARNING, logger="app.auth"):
         for i in range(5_000):

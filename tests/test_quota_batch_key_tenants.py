@@ -1,11 +1,13 @@
 """A batch's Idempotency-Key is counted against the tenant of the API key that sent it
-(README, Quotas). Two ways that count goes wrong (found by an adversarial test, helper-c):
+(README, Quotas). Two ways that count went wrong (found by an adversarial test), both
+fixed in ``app.quotas.Tenants``, which now keeps every key id's prefix and counts a key's
+batch keys against its prefix's tenant and every enclosing one:
 
-- after the sending API key is revoked (the service re-reads the key file within 2 s and
-  reconfigures its tenants), the key's batch records are still counted against the tenant,
-  and when the retention sweep forgets them nothing is given back: the tenant keeps a
-  phantom key place until a restart, which a fresh service on the same data does not have;
-- a sub-team key's batch key is not counted against the parent tenant, although README says
+- after the sending API key was revoked (the service re-reads the key file within 2 s and
+  reconfigures its tenants), the key's batch records were still counted against the tenant,
+  and when the retention sweep forgot them nothing was given back: the tenant kept a
+  phantom key place until a restart, which a fresh service on the same data did not have;
+- a sub-team key's batch key was not counted against the parent tenant, although README says
   "nested prefixes each count, so a sub-team also uses its parent's quota" (a single
   write's key on a sub-team account is counted against both).
 """
@@ -20,21 +22,14 @@ from app.service.errors import QuotaExceeded
 from app.service.idempotency import batch_scope
 from app.service.ledger import Ledger
 from app.service.limits import Limits
+from tests.support.clock import ManualClock
 from tests.test_quotas import embedded_ledger, key, quota
 
 T = "team-a:"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 async def test_a_revoked_keys_batch_key_leaves_no_phantom_place() -> None:
-    clock = Clock()
+    clock = ManualClock()
     service: Ledger = embedded_ledger(Limits(idempotency_ttl_s=60.0), clock)
     await service.start()
     try:
@@ -46,7 +41,7 @@ async def test_a_revoked_keys_batch_key_leaves_no_phantom_place() -> None:
         # k1 is revoked: the tenant stays (k2 is still in force).
         service.configure_tenants({T: quota(keys=1)}, {"k2": T})
         # The retention sweep forgets k1's batch key.
-        clock.now += 120
+        clock.now_s += 120
         assert await service.prune_idempotency() == 1
         # The tenant holds no key now: k2's first keyed batch must be accepted (it was
         # refused quota-exceeded, while a restarted service on the same data accepts it).
